@@ -1,0 +1,246 @@
+"""Admin: review stored answers (read-only but for the review), manage documents and tokens.
+
+Everything a model or a document wrote goes through ``format_html``/autoescape.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin, messages
+from django.db.models import Count, QuerySet
+from django.http import HttpRequest
+from django.urls import reverse
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
+
+from . import selectors, services
+from .conf import answers_settings
+from .models import Answer, ApiToken, Document, Feedback, RetrievedSource
+
+
+class FeedbackInline(admin.TabularInline):
+    model = Feedback
+    extra = 0
+    can_delete = False
+    fields = ("user", "rating", "comment", "created_at")
+    readonly_fields = fields
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(Answer)
+class AnswerAdmin(admin.ModelAdmin):
+    list_display = (
+        "question_text",
+        "asked_by",
+        "status",
+        "retrieved",
+        "cited",
+        "feedback_summary",
+        "retrieval_ms",
+        "first_token_ms",
+        "total_ms",
+        "reviewed",
+        "created_at",
+    )
+    list_filter = ("status", "reviewed", "citations_fallback", "provider", "created_at")
+    search_fields = ("question__text", "question__user__username", "final_text")
+    date_hierarchy = "created_at"
+    list_select_related = ("question", "question__user")
+    inlines = [FeedbackInline]
+    fieldsets = (
+        ("Question", {"fields": ("question_text", "asked_by", "conversation", "turn")}),
+        ("Outcome", {"fields": ("status", "error", "citations_fallback", "provider", "model")}),
+        ("Text", {"fields": ("texts_side_by_side",)}),
+        ("Retrieved sources", {"fields": ("sources_table",)}),
+        ("Timings (ms)", {"fields": ("retrieval_ms", "first_token_ms", "total_ms")}),
+        ("Review", {"fields": ("reviewed", "review_note", "reviewed_by", "reviewed_at")}),
+    )
+    readonly_fields = (
+        "question_text",
+        "asked_by",
+        "conversation",
+        "turn",
+        "status",
+        "error",
+        "citations_fallback",
+        "provider",
+        "model",
+        "texts_side_by_side",
+        "sources_table",
+        "retrieval_ms",
+        "first_token_ms",
+        "total_ms",
+        "reviewed_by",
+        "reviewed_at",
+    )
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Answer]:
+        return selectors.answer_admin_queryset()
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return bool(request.user.is_superuser)
+
+    def save_model(self, request: HttpRequest, obj: Answer, form: Any, change: bool) -> None:
+        services.answer_mark_reviewed(
+            answer=obj,
+            reviewer=request.user,  # type: ignore[arg-type]
+            reviewed=bool(form.cleaned_data.get("reviewed")),
+            note=form.cleaned_data.get("review_note", ""),
+        )
+
+    @admin.display(description="Question", ordering="question__text")
+    def question_text(self, obj: Answer) -> str:
+        text = obj.question.text
+        return text if len(text) <= 90 else text[:89] + "…"
+
+    @admin.display(description="User", ordering="question__user__username")
+    def asked_by(self, obj: Answer) -> str:
+        return obj.question.user.get_username()
+
+    @admin.display(description="Conversation")
+    def conversation(self, obj: Answer) -> str:
+        return str(obj.question.conversation_id)
+
+    @admin.display(description="Turn")
+    def turn(self, obj: Answer) -> int:
+        return obj.question.turn
+
+    @admin.display(description="Retrieved", ordering="retrieved_count")
+    def retrieved(self, obj: Answer) -> int:
+        return getattr(obj, "retrieved_count", 0)
+
+    @admin.display(description="Cited", ordering="cited_count")
+    def cited(self, obj: Answer) -> int:
+        return getattr(obj, "cited_count", 0)
+
+    @admin.display(description="Feedback")
+    def feedback_summary(self, obj: Answer) -> str:
+        up, down = getattr(obj, "feedback_up", 0), getattr(obj, "feedback_down", 0)
+        return f"+{up} / -{down}" if up or down else "—"
+
+    @admin.display(description="Raw (as generated) | Final (citations finalized)")
+    def texts_side_by_side(self, obj: Answer) -> SafeString:
+        return format_html(
+            '<div style="display:grid;grid-template-columns:1fr 1fr;gap:1rem;width:100%">'
+            '<pre style="white-space:pre-wrap" data-text="raw">{}</pre>'
+            '<pre style="white-space:pre-wrap" data-text="final">{}</pre></div>',
+            obj.raw_text,
+            obj.final_text,
+        )
+
+    @admin.display(description="Every candidate with its fate")
+    def sources_table(self, obj: Answer) -> SafeString:
+        rows = (
+            RetrievedSource.objects.filter(question_id=obj.question_id)
+            .select_related("document", "chunk")
+            .order_by("rank")
+        )
+        body = format_html_join(
+            "",
+            "<tr><td>{}</td><td><a href='{}'>{}</a></td><td>{}</td><td>{:.3f}</td><td>{}</td>"
+            "<td>{}</td><td>{}</td><td>{}</td></tr>",
+            (
+                (
+                    row.rank,
+                    reverse("admin:answers_document_change", args=[row.document_id]),
+                    row.document.title,
+                    row.chunk.ordinal if row.chunk else "—",
+                    row.score,
+                    "—" if row.rerank_score is None else f"{row.rerank_score:.3f}",
+                    row.prompt_number or "—",
+                    row.get_dropped_reason_display() or "numbered",
+                    row.final_number or "—",
+                )
+                for row in rows
+            ),
+        )
+        return format_html(
+            "<table><thead><tr><th>Rank</th><th>Document</th><th>Chunk</th><th>Score</th>"
+            "<th>Rerank</th><th>Prompt [n]</th><th>Fate</th><th>Final [n]</th></tr></thead>"
+            "<tbody>{}</tbody></table>",
+            body,
+        )
+
+
+@admin.register(Document)
+class DocumentAdmin(admin.ModelAdmin):
+    list_display = ("title", "access", "chunk_count", "source_key", "updated_at")
+    list_filter = ("access", "groups")
+    search_fields = ("title", "source_key", "url")
+    filter_horizontal = ("groups",)
+    readonly_fields = ("content_hash", "chunk_count", "created_at", "updated_at")
+    fields = (
+        "title",
+        "url",
+        "source_key",
+        "access",
+        "groups",
+        "body",
+        "content_hash",
+        "chunk_count",
+        "created_at",
+        "updated_at",
+    )
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Document]:
+        return super().get_queryset(request).annotate(chunks_total=Count("chunks"))
+
+    @admin.display(description="Chunks", ordering="chunks_total")
+    def chunk_count(self, obj: Document) -> int:
+        total = getattr(obj, "chunks_total", None)
+        return total if total is not None else (obj.chunks.count() if obj.pk else 0)
+
+    def save_model(self, request: HttpRequest, obj: Document, form: Any, change: bool) -> None:
+        services.document_save(document=obj, chunk_size=int(answers_settings.CHUNK_SIZE))
+
+
+@admin.register(ApiToken)
+class ApiTokenAdmin(admin.ModelAdmin):
+    list_display = ("name", "user", "prefix", "created_at", "last_used_at", "revoked_at")
+    list_filter = ("revoked_at",)
+    search_fields = ("name", "user__username", "prefix")
+    actions = ["revoke_tokens"]
+    list_select_related = ("user",)
+
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        if obj is None:
+            return ["user", "name"]
+        return ["user", "name", "prefix", "created_at", "last_used_at", "revoked_at"]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        if obj is None:
+            return []
+        return ["user", "prefix", "created_at", "last_used_at", "revoked_at"]
+
+    def save_model(self, request: HttpRequest, obj: ApiToken, form: Any, change: bool) -> None:
+        if change:
+            obj.save(update_fields=["name"])
+            return
+        token, raw = services.api_token_create(user=obj.user, name=obj.name)
+        obj.pk = token.pk
+        self.message_user(
+            request,
+            format_html(
+                "New token for {} (shown once, store it now): <code>{}</code>",
+                token.user.get_username(),
+                raw,
+            ),
+            messages.WARNING,
+        )
+
+    @admin.action(description="Revoke selected tokens")
+    def revoke_tokens(self, request: HttpRequest, queryset: QuerySet[ApiToken]) -> None:
+        count = 0
+        for token in queryset:
+            services.api_token_revoke(token=token)
+            count += 1
+        self.message_user(request, f"Revoked {count} token(s).", messages.SUCCESS)

@@ -1,0 +1,162 @@
+"""The REST API (django-ninja). Thin: it calls the pipeline, selectors and services."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any, Literal
+
+from django.http import HttpRequest, HttpResponse
+from ninja import Field, NinjaAPI, Query, Schema
+
+from . import pipeline, selectors, services
+from .auth import api_auth
+from .models import Answer
+
+api = NinjaAPI(
+    title="Cited Answers",
+    version="1",
+    description="Ask questions of your documents; every citation in an answer is true.",
+    auth=api_auth,
+    urls_namespace="answers-api",
+)
+
+
+class AskIn(Schema):
+    question: str
+    conversation_id: uuid.UUID | None = None
+
+
+class ReferenceOut(Schema):
+    index: int
+    document_id: int
+    title: str
+    url: str
+    score: float
+    excerpt: str
+
+
+class AnswerOut(Schema):
+    answer_id: int
+    conversation_id: str
+    turn: int
+    status: str
+    text: str
+    html: str
+    references: list[ReferenceOut]
+
+
+class AnswerSummaryOut(Schema):
+    answer_id: int
+    conversation_id: str
+    turn: int
+    question: str
+    status: str
+    created_at: datetime
+
+
+class AnswerPageOut(Schema):
+    items: list[AnswerSummaryOut]
+    count: int
+    limit: int
+    offset: int
+
+
+class FeedbackIn(Schema):
+    rating: Literal["up", "down"]
+    comment: str = Field("", max_length=4000)
+
+
+class FeedbackOut(Schema):
+    answer_id: int
+    rating: str
+    comment: str
+
+
+class ErrorOut(Schema):
+    detail: str
+    code: str | None = None
+    answer_id: int | None = None
+
+
+
+@api.exception_handler(pipeline.AskRefused)
+def _ask_refused(request: HttpRequest, exc: pipeline.AskRefused) -> HttpResponse:
+    return api.create_response(request, {"detail": exc.message, "code": exc.code}, status=exc.status)
+
+
+@api.exception_handler(selectors.NotFound)
+def _not_found(request: HttpRequest, exc: selectors.NotFound) -> HttpResponse:
+    return api.create_response(request, {"detail": "Not found.", "code": "not_found"}, status=404)
+
+
+@api.post(
+    "/answers",
+    response={200: AnswerOut, 403: ErrorOut, 404: ErrorOut, 422: ErrorOut, 502: ErrorOut},
+    summary="Ask a question",
+)
+async def create_answer(request: HttpRequest, payload: AskIn) -> Any:
+    """Answer a question from the documents the caller may view.
+
+    `references` is the final Sources list: only what the text cites, numbered in
+    first-citation order (every source, unnumbered in the text, if it cites nothing).
+    """
+    last = await pipeline.answer_question(
+        user=request.auth,  # type: ignore[attr-defined]
+        question=payload.question,
+        conversation_id=payload.conversation_id,
+    )
+    if isinstance(last, pipeline.ErrorEvent):
+        return 502, {"detail": last.message, "code": "generation_failed", "answer_id": last.answer_id}
+    return 200, last.answer.as_dict()
+
+
+@api.get("/answers", response=AnswerPageOut, summary="List your answers")
+def list_answers(
+    request: HttpRequest,
+    limit: int = Query(20, ge=1, le=100),  # type: ignore[type-arg]
+    offset: int = Query(0, ge=0),  # type: ignore[type-arg]
+) -> Any:
+    answers = selectors.answer_list_for_user(user=request.auth)  # type: ignore[attr-defined]
+    page = list(answers[offset : offset + limit])
+    return {
+        "items": [
+            {
+                "answer_id": a.pk,
+                "conversation_id": str(a.question.conversation_id),
+                "turn": a.question.turn,
+                "question": a.question.text,
+                "status": a.status,
+                "created_at": a.created_at,
+            }
+            for a in page
+        ],
+        "count": answers.count(),
+        "limit": limit,
+        "offset": offset,
+    }
+
+
+@api.get("/answers/{answer_id}", response={200: AnswerOut, 404: ErrorOut}, summary="One answer")
+def get_answer(request: HttpRequest, answer_id: int) -> Any:
+    user = request.auth  # type: ignore[attr-defined]
+    answer = selectors.answer_get_for_user(answer_id=answer_id, user=user)
+    return selectors.answer_payload(answer=answer, user=user).as_dict()
+
+
+@api.post(
+    "/answers/{answer_id}/feedback",
+    response={200: FeedbackOut, 404: ErrorOut, 409: ErrorOut},
+    summary="Rate an answer",
+)
+def give_feedback(request: HttpRequest, answer_id: int, payload: FeedbackIn) -> Any:
+    user = request.auth  # type: ignore[attr-defined]
+    answer = selectors.answer_get_for_user(answer_id=answer_id, user=user)
+    if answer.status == Answer.Status.STREAMING:
+        return 409, {"detail": "The answer is still being generated.", "code": "streaming"}
+    feedback = services.feedback_record(
+        answer=answer, user=user, rating=payload.rating, comment=payload.comment
+    )
+    return {"answer_id": answer.pk, "rating": feedback.rating, "comment": feedback.comment}
+
+

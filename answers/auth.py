@@ -1,0 +1,34 @@
+"""API authentication: a bearer token for services, or the Django session (with CSRF)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import HttpRequest
+from ninja.security import HttpBearer, SessionAuth
+
+from . import services
+
+
+class BearerTokenAuth(HttpBearer):
+    openapi_description = "An API token from `manage.py createapitoken USERNAME`."
+
+    def authenticate(self, request: HttpRequest, token: str) -> Any:
+        api_token = services.api_token_authenticate(raw=token)
+        if api_token is None:
+            return None
+        request.user = api_token.user
+        return api_token.user
+
+
+class ActiveSessionAuth(SessionAuth):
+    """Django's session; ninja checks the CSRF token for it on unsafe methods."""
+
+    def authenticate(self, request: HttpRequest, key: str | None) -> Any:
+        user = request.user
+        if user.is_authenticated and user.is_active:
+            return user
+        return None
+
+
+api_auth = [BearerTokenAuth(), ActiveSessionAuth()]

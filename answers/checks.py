@@ -1,0 +1,73 @@
+"""System checks for the ``ANSWERS`` settings: bad values fail loudly at start-up."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.core.checks import CheckMessage, Error, Tags, register
+from django.utils.module_loading import import_string
+
+from .conf import DEFAULTS, answers_settings
+
+_NUMBERS: dict[str, tuple[type, float, float | None]] = {
+    "SCORE_THRESHOLD": (float, 0.0, 1.0),
+    "CANDIDATES": (int, 1, 1000),
+    "MAX_CHUNKS_PER_DOCUMENT": (int, 1, 50),
+    "MAX_SOURCES": (int, 1, 100),
+    "MAX_QUESTION_LENGTH": (int, 1, 100_000),
+    "HISTORY_TURNS": (int, 0, 50),
+    "HISTORY_ANSWER_CHARS": (int, 0, None),
+    "CHUNK_SIZE": (int, 100, 100_000),
+    "EXCERPT_CHARS": (int, 20, None),
+    "EXTRACTIVE_DELAY": (float, 0.0, 10.0),
+    "EXTRACTIVE_SENTENCES": (int, 1, 20),
+}
+
+
+@register(Tags.compatibility)
+def check_answers_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    errors: list[CheckMessage] = []
+    raw = getattr(settings, "ANSWERS", {})
+    if not isinstance(raw, dict):
+        return [Error("ANSWERS must be a dict.", id="answers.E001")]
+    for key in raw:
+        if key not in DEFAULTS:
+            errors.append(
+                Error(
+                    f"Unknown ANSWERS setting {key!r}.",
+                    hint=f"Known settings: {', '.join(sorted(DEFAULTS))}.",
+                    id="answers.E002",
+                )
+            )
+    for key, (kind, low, high) in _NUMBERS.items():
+        value = getattr(answers_settings, key)
+        ok_type = isinstance(value, int | float) if kind is float else isinstance(value, int)
+        if isinstance(value, bool) or not ok_type:
+            errors.append(Error(f"ANSWERS[{key!r}] must be a {kind.__name__}.", id="answers.E003"))
+            continue
+        if value < low or (high is not None and value > high):
+            bound = f"between {low} and {high}" if high is not None else f"at least {low}"
+            errors.append(Error(f"ANSWERS[{key!r}] must be {bound}.", id="answers.E004"))
+    if not isinstance(answers_settings.NO_ANSWER_MESSAGE, str) or not str(
+        answers_settings.NO_ANSWER_MESSAGE
+    ).strip():
+        errors.append(Error("ANSWERS['NO_ANSWER_MESSAGE'] must be a non-empty string.", id="answers.E005"))
+    paths = {
+        "PROVIDER": answers_settings.provider_path(),
+        "SEARCH_BACKEND": answers_settings.search_backend_path(),
+    }
+    if answers_settings.RERANKER:
+        paths["RERANKER"] = str(answers_settings.RERANKER)
+    for key, path in paths.items():
+        try:
+            import_string(path)
+        except ImportError as exc:
+            errors.append(
+                Error(
+                    f"ANSWERS[{key!r}] = {path!r} cannot be imported: {exc}",
+                    hint="Use a dotted path to a class (or 'extractive' for PROVIDER).",
+                    id="answers.E006",
+                )
+            )
+    return errors

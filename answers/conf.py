@@ -1,0 +1,100 @@
+"""App settings: one ``ANSWERS`` dict in the project's settings, read lazily.
+
+Every key is optional. ``answers_settings.KEY`` returns the project's value or the default
+below; the cache is dropped on ``setting_changed`` so ``override_settings`` works in tests.
+``answers.checks`` validates the values at start-up.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.core.signals import setting_changed
+from django.dispatch import receiver
+from django.utils.module_loading import import_string
+
+DEFAULTS: dict[str, Any] = {
+    # Dotted path of the search backend; None picks one for the database in use.
+    "SEARCH_BACKEND": None,
+    # Dotted path of a reranker, or None for no reranking.
+    "RERANKER": None,
+    # "extractive" (offline, the default), or a dotted path to a provider class.
+    "PROVIDER": "extractive",
+    # Model name reported by / passed to the provider.
+    "MODEL": "",
+    # Normalized score (0..1, see README "Scores") a chunk needs to be a source.
+    "SCORE_THRESHOLD": 0.25,
+    # How many chunks the search backend returns before thresholding.
+    "CANDIDATES": 40,
+    # At most this many chunks of one document are passed to the model.
+    "MAX_CHUNKS_PER_DOCUMENT": 2,
+    # At most this many distinct documents are numbered as sources.
+    "MAX_SOURCES": 6,
+    # Questions longer than this (characters) are refused with a 400/422.
+    "MAX_QUESTION_LENGTH": 2000,
+    # Earlier turns of a conversation included in the prompt.
+    "HISTORY_TURNS": 3,
+    # Characters of each prior answer kept in the prompt.
+    "HISTORY_ANSWER_CHARS": 1500,
+    # Text stored and shown when no source survives.
+    "NO_ANSWER_MESSAGE": (
+        "I couldn't find anything in the documents you can access that answers this question."
+    ),
+    # Target size of a chunk in characters at ingest.
+    "CHUNK_SIZE": 1200,
+    # Characters of a source shown as its excerpt.
+    "EXCERPT_CHARS": 500,
+    # Seconds the extractive provider waits between deltas (0: as fast as it can).
+    "EXTRACTIVE_DELAY": 0.0,
+    # Sentences the extractive provider puts in an answer.
+    "EXTRACTIVE_SENTENCES": 3,
+}
+
+_PROVIDER_ALIASES = {
+    "extractive": "answers.providers.extractive.ExtractiveProvider",
+}
+
+
+class AnswersSettings:
+    def __init__(self) -> None:
+        self._cache: dict[str, Any] = {}
+
+    @property
+    def user_settings(self) -> dict[str, Any]:
+        value = getattr(settings, "ANSWERS", None) or {}
+        return value if isinstance(value, dict) else {}
+
+    def __getattr__(self, name: str) -> Any:
+        if name not in DEFAULTS:
+            raise AttributeError(f"Invalid ANSWERS setting: {name!r}")
+        if name not in self._cache:
+            self._cache[name] = self.user_settings.get(name, DEFAULTS[name])
+        return self._cache[name]
+
+    def reload(self) -> None:
+        self._cache.clear()
+
+    def provider_path(self) -> str:
+        value = str(self.PROVIDER)
+        return _PROVIDER_ALIASES.get(value, value)
+
+    def search_backend_path(self) -> str:
+        if self.SEARCH_BACKEND:
+            return str(self.SEARCH_BACKEND)
+        return "answers.search.sqlite_fts5.SQLiteFTS5Backend"
+
+    def import_setting(self, path: str) -> Any:
+        return import_string(path)
+
+
+answers_settings = AnswersSettings()
+
+
+@receiver(setting_changed)
+def _reload_answers_settings(*, setting: str, **kwargs: Any) -> None:
+    if setting == "ANSWERS":
+        answers_settings.reload()
+        from answers import registry
+
+        registry.reset()

@@ -1,0 +1,223 @@
+from __future__ import annotations
+
+import uuid
+
+from django.conf import settings
+from django.contrib.auth.models import Group
+from django.db import models
+from django.urls import reverse
+
+
+class Document(models.Model):
+    class Access(models.TextChoices):
+        EVERYONE = "everyone", "Everyone who may ask"
+        GROUPS = "groups", "Members of the chosen groups"
+
+    title = models.CharField(max_length=300)
+    url = models.URLField(max_length=1000, blank=True, help_text="Where the original lives.")
+    source_key = models.CharField(
+        max_length=1000,
+        unique=True,
+        help_text="Path or key the document was ingested from; re-ingesting it updates it.",
+    )
+    content_hash = models.CharField(max_length=64, editable=False)
+    body = models.TextField()
+    access = models.CharField(max_length=16, choices=Access.choices, default=Access.EVERYONE)
+    groups = models.ManyToManyField(
+        Group,
+        blank=True,
+        related_name="answer_documents",
+        help_text="With 'Members of the chosen groups', only these groups' members see it.",
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["title", "id"]
+
+    def __str__(self) -> str:
+        return self.title
+
+    def get_absolute_url(self) -> str:
+        return reverse("answers:document", kwargs={"document_id": self.pk})
+
+
+class Chunk(models.Model):
+    document = models.ForeignKey(Document, on_delete=models.CASCADE, related_name="chunks")
+    ordinal = models.PositiveIntegerField()
+    text = models.TextField()
+    start = models.PositiveIntegerField(help_text="Offset of the chunk in the document body.")
+    end = models.PositiveIntegerField()
+
+    class Meta:
+        ordering = ["document_id", "ordinal"]
+        constraints = [
+            models.UniqueConstraint(fields=["document", "ordinal"], name="answers_chunk_ordinal")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.document_id}#{self.ordinal}"
+
+    @property
+    def anchor(self) -> str:
+        return f"chunk-{self.ordinal}"
+
+
+class Conversation(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="answer_conversations"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return str(self.id)
+
+
+class Question(models.Model):
+    conversation = models.ForeignKey(
+        Conversation, on_delete=models.CASCADE, related_name="questions"
+    )
+    turn = models.PositiveIntegerField()
+    text = models.TextField()
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="answer_questions"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["conversation_id", "turn"]
+        constraints = [
+            models.UniqueConstraint(fields=["conversation", "turn"], name="answers_question_turn")
+        ]
+        permissions = [("ask_question", "Can ask questions")]
+
+    def __str__(self) -> str:
+        return self.text[:80]
+
+
+class RetrievedSource(models.Model):
+    """One retrieved chunk and its fate: numbered for the prompt, or dropped and why."""
+
+    class Dropped(models.TextChoices):
+        BELOW_THRESHOLD = "below_threshold", "Below the score threshold"
+        DOCUMENT_CAP = "document_cap", "Over the per-document chunk cap"
+        NO_ACCESS = "no_access", "The asking user may not view it"
+        SOURCE_LIMIT = "source_limit", "Over the source limit"
+
+    question = models.ForeignKey(
+        Question, on_delete=models.CASCADE, related_name="retrieved_sources"
+    )
+    document = models.ForeignKey(Document, on_delete=models.CASCADE, related_name="+")
+    chunk = models.ForeignKey(Chunk, on_delete=models.SET_NULL, null=True, related_name="+")
+    rank = models.PositiveIntegerField(help_text="1-based position in the search results.")
+    score = models.FloatField(help_text="Normalized search score, 0..1.")
+    rerank_score = models.FloatField(null=True, blank=True)
+    prompt_number = models.PositiveIntegerField(
+        null=True, blank=True, help_text="[n] in the prompt; empty when dropped."
+    )
+    dropped_reason = models.CharField(max_length=32, choices=Dropped.choices, blank=True)
+    final_number = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Number in the final Sources list."
+    )
+    cited = models.BooleanField(default=False, help_text="The final text cites it.")
+
+    class Meta:
+        ordering = ["question_id", "rank"]
+        indexes = [models.Index(fields=["question", "prompt_number"])]
+
+    def __str__(self) -> str:
+        return f"{self.question_id} rank {self.rank}"
+
+
+class Answer(models.Model):
+    class Status(models.TextChoices):
+        STREAMING = "streaming", "Streaming"
+        COMPLETE = "complete", "Complete"
+        NO_ANSWER = "no_answer", "No answer"
+        FAILED = "failed", "Failed"
+        INTERRUPTED = "interrupted", "Interrupted"
+
+    question = models.OneToOneField(Question, on_delete=models.CASCADE, related_name="answer")
+    raw_text = models.TextField(blank=True, help_text="As generated, before any correction.")
+    final_text = models.TextField(blank=True, help_text="After citations were finalized.")
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.STREAMING)
+    error = models.TextField(blank=True, help_text="Why it failed or was interrupted.")
+    citations_fallback = models.BooleanField(
+        default=False, help_text="The text cited nothing, so every source was kept."
+    )
+    provider = models.CharField(max_length=200, blank=True)
+    model = models.CharField(max_length=200, blank=True)
+    retrieval_ms = models.PositiveIntegerField(null=True, blank=True)
+    first_token_ms = models.PositiveIntegerField(null=True, blank=True)
+    total_ms = models.PositiveIntegerField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    completed_at = models.DateTimeField(null=True, blank=True)
+    reviewed = models.BooleanField(default=False)
+    review_note = models.TextField(blank=True)
+    reviewed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+    )
+    reviewed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["status", "created_at"])]
+
+    def __str__(self) -> str:
+        return f"Answer {self.pk} ({self.status})"
+
+
+class Feedback(models.Model):
+    class Rating(models.TextChoices):
+        UP = "up", "Helpful"
+        DOWN = "down", "Not helpful"
+
+    answer = models.ForeignKey(Answer, on_delete=models.CASCADE, related_name="feedback")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="answer_feedback"
+    )
+    rating = models.CharField(max_length=8, choices=Rating.choices)
+    comment = models.TextField(blank=True, max_length=4000)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(fields=["answer", "user"], name="answers_feedback_once")
+        ]
+        verbose_name_plural = "feedback"
+
+    def __str__(self) -> str:
+        return f"{self.rating} on {self.answer_id}"
+
+
+class ApiToken(models.Model):
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="answer_api_tokens"
+    )
+    name = models.CharField(max_length=100)
+    token_hash = models.CharField(max_length=64, unique=True, editable=False)
+    prefix = models.CharField(max_length=16, editable=False, help_text="Shown to tell tokens apart.")
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
+    revoked_at = models.DateTimeField(null=True, blank=True, editable=False)
+
+    class Meta:
+        ordering = ["-created_at"]
+        verbose_name = "API token"
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…)"
+
+    @property
+    def is_active(self) -> bool:
+        return self.revoked_at is None

@@ -1,0 +1,314 @@
+"""The one pipeline every transport iterates: references, then tokens, then done (or error).
+
+``start_answer`` does everything that can be refused (validation, permission, the
+conversation, retrieval) and stores the question before anything is streamed, so every
+transport can turn a refusal into its own error *before* its stream starts, and the answer
+has an id from the first event on. ``AnswerRun.events()`` then streams. The JSON view, the
+SSE view, the WebSocket consumer and the ``ask`` command only iterate it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.contrib.auth.models import AbstractBaseUser
+
+from . import selectors, services
+from .conf import answers_settings
+from .models import Answer
+from .prompt import Prompt
+from .registry import get_provider
+from .rendering import render_answer_html
+from .retrieval import NumberedSource, search_hits, select_sources
+from .types import AnswerPayload, Reference
+
+logger = logging.getLogger(__name__)
+
+GENERIC_ERROR = "The answer could not be generated. Please try again."
+
+
+class AskRefused(Exception):
+    """A question that is refused before anything is stored or streamed."""
+
+    status = 400
+    code = "invalid"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class QuestionInvalid(AskRefused):
+    status, code = 422, "invalid_question"
+
+
+class AskForbidden(AskRefused):
+    status, code = 403, "forbidden"
+
+
+class ConversationNotFound(AskRefused):
+    status, code = 404, "not_found"
+
+
+@dataclass(frozen=True)
+class ReferencesEvent:
+    answer_id: int
+    conversation_id: str
+    turn: int
+    references: list[Reference]
+    type: str = "references"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "answer_id": self.answer_id,
+            "conversation_id": self.conversation_id,
+            "turn": self.turn,
+            "references": [r.as_dict() for r in self.references],
+        }
+
+
+@dataclass(frozen=True)
+class TokenEvent:
+    text: str
+    type: str = "token"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"text": self.text}
+
+
+@dataclass(frozen=True)
+class DoneEvent:
+    answer: AnswerPayload
+    number_map: dict[int, int] = field(default_factory=dict)
+    type: str = "done"
+
+    def as_dict(self) -> dict[str, Any]:
+        body = self.answer.as_dict()
+        body["number_map"] = {str(k): v for k, v in self.number_map.items()}
+        return body
+
+
+@dataclass(frozen=True)
+class ErrorEvent:
+    message: str
+    answer_id: int | None = None
+    type: str = "error"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"message": self.message, "answer_id": self.answer_id}
+
+
+Event = ReferencesEvent | TokenEvent | DoneEvent | ErrorEvent
+
+
+def clean_question(text: object) -> str:
+    if not isinstance(text, str):
+        raise QuestionInvalid("question must be a string")
+    cleaned = text.strip()
+    if not cleaned:
+        raise QuestionInvalid("question must not be blank")
+    limit = int(answers_settings.MAX_QUESTION_LENGTH)
+    if len(cleaned) > limit:
+        raise QuestionInvalid(f"question must be at most {limit} characters")
+    if "\x00" in cleaned:
+        raise QuestionInvalid("question must not contain NUL characters")
+    return cleaned
+
+
+def _ms_since(start: float) -> int:
+    return int((time.perf_counter() - start) * 1000)
+
+
+def _reference(source: NumberedSource, *, anchor_prefix: str, index: int) -> Reference:
+    from .rendering import source_anchor
+
+    ordered = sorted(source.candidates, key=lambda c: c.ordinal)
+    return Reference(
+        index=index,
+        document_id=source.document_id,
+        title=source.title,
+        url=selectors.reference_url(
+            document_id=source.document_id, url=source.url, ordinal=ordered[0].ordinal
+        ),
+        score=source.score,
+        excerpt=selectors.excerpt_of(c.text for c in ordered),
+        anchor=source_anchor(anchor_prefix, index),
+    )
+
+
+@dataclass
+class AnswerRun:
+    """A stored question whose answer is ready to be generated and streamed."""
+
+    answer: Answer
+    conversation_id: str
+    turn: int
+    sources: list[NumberedSource]
+    prompt: Prompt
+    started: float
+
+    @property
+    def anchor_prefix(self) -> str:
+        return selectors.answer_anchor_prefix(answer_id=self.answer.pk)
+
+    def references(self, sources: list[NumberedSource] | None = None) -> list[Reference]:
+        chosen = self.sources if sources is None else sources
+        return [
+            _reference(source, anchor_prefix=self.anchor_prefix, index=index)
+            for index, source in enumerate(chosen, start=1)
+        ]
+
+    async def events(self) -> AsyncIterator[Event]:
+        yield ReferencesEvent(
+            answer_id=self.answer.pk,
+            conversation_id=self.conversation_id,
+            turn=self.turn,
+            references=self.references(),
+        )
+        if not self.sources:
+            message = str(answers_settings.NO_ANSWER_MESSAGE)
+            yield TokenEvent(message)
+            yield await self._complete(message, Answer.Status.NO_ANSWER, first_token_ms=None)
+            return
+
+        raw: list[str] = []
+        first_token_ms: int | None = None
+        outcome = Answer.Status.INTERRUPTED
+        try:
+            async for delta in get_provider().stream(self.prompt):
+                if not delta:
+                    continue
+                if first_token_ms is None:
+                    first_token_ms = _ms_since(self.started)
+                raw.append(delta)
+                yield TokenEvent(delta)
+            outcome = Answer.Status.COMPLETE
+        except Exception:
+            logger.exception("Provider failed for answer %s", self.answer.pk)
+            outcome = Answer.Status.FAILED
+        finally:
+            if outcome != Answer.Status.COMPLETE:
+                # Stopped, disconnected or failed: keep what was generated, with consistent
+                # references, whatever happens to the caller.
+                reason = "stopped by the client" if outcome == "interrupted" else "provider error"
+                await asyncio.shield(
+                    self._complete("".join(raw), outcome, first_token_ms, error=reason)
+                )
+        if outcome == Answer.Status.FAILED:
+            yield ErrorEvent(GENERIC_ERROR, answer_id=self.answer.pk)
+            return
+        yield await self._complete("".join(raw), outcome, first_token_ms)
+
+    async def _complete(
+        self, raw_text: str, status: str, first_token_ms: int | None, error: str = ""
+    ) -> DoneEvent:
+        completed = await sync_to_async(services.answer_complete)(
+            answer=self.answer,
+            raw_text=raw_text,
+            sources=self.sources,
+            status=status,
+            error=error,
+            first_token_ms=first_token_ms,
+            total_ms=_ms_since(self.started),
+        )
+        finalized = completed.finalized
+        references = self.references(finalized.sources)
+        text = finalized.text
+        return DoneEvent(
+            answer=AnswerPayload(
+                answer_id=self.answer.pk,
+                conversation_id=self.conversation_id,
+                turn=self.turn,
+                status=status,
+                text=text,
+                html=render_answer_html(
+                    text, anchor_prefix=self.anchor_prefix, source_count=len(references)
+                ),
+                references=references,
+            ),
+            number_map=finalized.number_map,
+        )
+
+
+def _prepare(
+    *, user: AbstractBaseUser, question: str, conversation_id: uuid.UUID | None
+) -> AnswerRun:
+    started = time.perf_counter()
+    if not selectors.user_can_ask(user=user):
+        raise AskForbidden("You do not have permission to ask questions.")
+    conversation = None
+    history = []
+    previous_question = None
+    if conversation_id is not None:
+        try:
+            conversation = selectors.conversation_get_for_user(
+                conversation_id=conversation_id, user=user
+            )
+        except selectors.NotFound:
+            raise ConversationNotFound("conversation not found") from None
+        history = selectors.conversation_history(conversation=conversation)
+        previous_question = history[-1].question if history else None
+
+    hits = search_hits(question=question, previous_question=previous_question)
+    candidates = selectors.candidates_for_hits(hits=((h.chunk_id, h.score) for h in hits))
+    sources = select_sources(
+        candidates,
+        question=question,
+        visible_document_ids=lambda ids: selectors.document_visible_ids(
+            user=user, document_ids=ids
+        ),
+    )
+    retrieval_ms = _ms_since(started)
+    provider = get_provider()
+    created = services.question_create(
+        user=user,
+        conversation=conversation,
+        text=question,
+        candidates=candidates,
+        provider=provider.name,
+        model=provider.model,
+        retrieval_ms=retrieval_ms,
+    )
+    prompt = Prompt(
+        question=question,
+        sources=tuple(source.as_prompt_source() for source in sources),
+        history=tuple(history),
+    )
+    return AnswerRun(
+        answer=created.answer,
+        conversation_id=str(created.conversation.pk),
+        turn=created.question.turn,
+        sources=sources,
+        prompt=prompt,
+        started=started,
+    )
+
+
+async def start_answer(
+    *, user: AbstractBaseUser, question: object, conversation_id: uuid.UUID | None = None
+) -> AnswerRun:
+    """Validate, retrieve and store the question; raises ``AskRefused`` before any event."""
+    cleaned = clean_question(question)
+    return await sync_to_async(_prepare)(
+        user=user, question=cleaned, conversation_id=conversation_id
+    )
+
+
+async def answer_question(
+    *, user: AbstractBaseUser, question: object, conversation_id: uuid.UUID | None = None
+) -> DoneEvent | ErrorEvent:
+    """Run the whole pipeline and return its last event (the JSON path and the CLI)."""
+    run = await start_answer(user=user, question=question, conversation_id=conversation_id)
+    last: DoneEvent | ErrorEvent | None = None
+    async for event in run.events():
+        if isinstance(event, DoneEvent | ErrorEvent):
+            last = event
+    assert last is not None
+    return last

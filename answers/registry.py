@@ -1,0 +1,37 @@
+"""The swappable parts (search backend, reranker, provider), built once from ``ANSWERS``."""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import TYPE_CHECKING
+
+from django.utils.module_loading import import_string
+
+from .conf import answers_settings
+
+if TYPE_CHECKING:
+    from .providers.base import Provider
+    from .rerankers import Reranker
+    from .search.base import SearchBackend
+
+
+@cache
+def get_search_backend() -> SearchBackend:
+    return import_string(answers_settings.search_backend_path())()  # type: ignore[no-any-return]
+
+
+@cache
+def get_reranker() -> Reranker | None:
+    path = answers_settings.RERANKER
+    return import_string(path)() if path else None
+
+
+@cache
+def get_provider() -> Provider:
+    return import_string(answers_settings.provider_path())()  # type: ignore[no-any-return]
+
+
+def reset() -> None:
+    get_search_backend.cache_clear()
+    get_reranker.cache_clear()
+    get_provider.cache_clear()

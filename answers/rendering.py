@@ -1,0 +1,101 @@
+"""Answer Markdown to safe HTML, with citation markers linked to the Sources panel.
+
+Order: citation markers become placeholders (found by ``answers.citations``, the one
+definition of what a marker is), markdown-it renders with raw HTML off, placeholders
+become links, and nh3 sanitizes the whole result last.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from html import escape
+
+import nh3
+from markdown_it import MarkdownIt
+from markdown_it.renderer import RendererHTML
+from markdown_it.token import Token
+from markdown_it.utils import EnvType, OptionsDict
+
+from .citations import Marker, rewrite_markers
+
+# Private-use characters: markdown-it passes them through as text, and no real answer needs
+# them (any in the input are removed first, so a model cannot forge a link).
+_OPEN, _CLOSE = "\ue000", "\ue001"
+_PLACEHOLDER = re.compile(f"{_OPEN}([0-9,]+){_CLOSE}")
+
+ALLOWED_TAGS = {
+    "a", "p", "br", "hr", "em", "strong", "del", "code", "pre", "blockquote", "ul", "ol",
+    "li", "h1", "h2", "h3", "h4", "h5", "h6", "table", "thead", "tbody", "tr", "th", "td",
+    "span", "sup",
+}  # fmt: skip
+ALLOWED_ATTRIBUTES = {
+    "a": {"href", "title", "class", "aria-label"},
+    "code": {"class"},
+    "span": {"class"},
+    "ol": {"start"},
+    "th": {"style"},
+    "td": {"style"},
+}
+URL_SCHEMES = {"http", "https", "mailto"}
+
+
+def _render_image_as_text(
+    self: RendererHTML, tokens: Sequence[Token], idx: int, options: OptionsDict, env: EnvType
+) -> str:
+    # An image would load from wherever its URL points (a classic exfiltration channel),
+    # so it is shown as its description instead.
+    token = tokens[idx]
+    alt = self.renderInlineAsText(token.children or [], options, env)
+    return f"<span class=\"image-placeholder\">[image: {escape(alt)}]</span>"
+
+
+def _make_markdown() -> MarkdownIt:
+    md = MarkdownIt("commonmark", {"html": False, "linkify": False, "typographer": False})
+    md.enable("table").enable("strikethrough")
+    # Indented code is off so that "what is code" matches answers.citations exactly.
+    md.disable("code")
+    md.add_render_rule("image", _render_image_as_text)
+    return md
+
+
+_MARKDOWN = _make_markdown()
+
+
+def source_anchor(anchor_prefix: str, number: int) -> str:
+    """The id of a Sources panel entry; unique per answer so several turns never collide."""
+    return f"{anchor_prefix}-{number}"
+
+
+def sanitize_html(html: str) -> str:
+    return nh3.clean(
+        html,
+        tags=ALLOWED_TAGS,
+        attributes=ALLOWED_ATTRIBUTES,
+        url_schemes=URL_SCHEMES,
+        link_rel="noopener noreferrer nofollow",
+        filter_style_properties={"text-align"},
+    )
+
+
+def render_answer_html(text: str, *, anchor_prefix: str, source_count: int) -> str:
+    """Safe HTML for an answer whose markers are already final (1..source_count)."""
+    clean = text.replace(_OPEN, "").replace(_CLOSE, "")
+
+    def to_placeholder(marker: Marker) -> str | None:
+        numbers = [n for n in marker.numbers if 1 <= n <= source_count]
+        if not numbers:
+            return None
+        return _OPEN + ",".join(str(n) for n in numbers) + _CLOSE
+
+    html = _MARKDOWN.render(rewrite_markers(clean, to_placeholder))
+
+    def to_links(match: re.Match[str]) -> str:
+        links = ", ".join(
+            f'<a class="citation" href="#{source_anchor(anchor_prefix, int(n))}" '
+            f'aria-label="Source {n}">{n}</a>'
+            for n in match.group(1).split(",")
+        )
+        return f'<span class="citation-group">[{links}]</span>'
+
+    return sanitize_html(_PLACEHOLDER.sub(to_links, html))

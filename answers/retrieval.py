@@ -1,0 +1,131 @@
+"""From a question to numbered sources: search, threshold, rerank, caps, access, numbering.
+
+The order is fixed (ADR 0002): score threshold, optional rerank, at most
+``MAX_CHUNKS_PER_DOCUMENT`` chunks per document, then the asking user's access, then at most
+``MAX_SOURCES`` documents. Access comes before the source limit so that documents a user
+may not view never take that user's places. Every candidate keeps its fate for the record.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from .conf import answers_settings
+from .models import RetrievedSource
+from .prompt import PromptSource
+from .registry import get_reranker, get_search_backend
+from .search.base import SearchHit
+from .types import Candidate
+
+logger = logging.getLogger(__name__)
+Dropped = RetrievedSource.Dropped
+
+
+@dataclass(frozen=True)
+class NumberedSource:
+    number: int
+    document_id: int
+    title: str
+    url: str
+    candidates: tuple[Candidate, ...]
+
+    @property
+    def score(self) -> float:
+        return max(candidate.score for candidate in self.candidates)
+
+    def as_prompt_source(self) -> PromptSource:
+        ordered = sorted(self.candidates, key=lambda c: c.ordinal)
+        return PromptSource(
+            number=self.number,
+            document_id=self.document_id,
+            title=self.title,
+            passages=tuple(candidate.text for candidate in ordered),
+        )
+
+
+def search_hits(*, question: str, previous_question: str | None) -> list[SearchHit]:
+    """Search for the question; a follow-up is also searched together with the turn before.
+
+    Elliptical follow-ups ("and how does it differ from X?") name only part of their
+    subject; the previous question supplies the rest. Each chunk keeps its best score.
+    """
+    backend = get_search_backend()
+    limit = int(answers_settings.CANDIDATES)
+    best: dict[int, float] = {hit.chunk_id: hit.score for hit in backend.search(question, limit=limit)}
+    if previous_question:
+        for hit in backend.search(f"{previous_question} {question}", limit=limit):
+            if hit.score > best.get(hit.chunk_id, -1.0):
+                best[hit.chunk_id] = hit.score
+    ranked = sorted(best.items(), key=lambda item: (-item[1], item[0]))[:limit]
+    return [SearchHit(chunk_id, score) for chunk_id, score in ranked]
+
+
+def select_sources(
+    candidates: Sequence[Candidate],
+    *,
+    question: str,
+    visible_document_ids: Callable[[Iterable[int]], set[int]],
+) -> list[NumberedSource]:
+    """Decide every candidate's fate, and number the survivors [1..N] by best rank."""
+    threshold = float(answers_settings.SCORE_THRESHOLD)
+    per_document = int(answers_settings.MAX_CHUNKS_PER_DOCUMENT)
+    max_sources = int(answers_settings.MAX_SOURCES)
+
+    alive: list[Candidate] = []
+    for candidate in candidates:
+        if candidate.score < threshold:
+            candidate.dropped_reason = Dropped.BELOW_THRESHOLD
+        else:
+            alive.append(candidate)
+
+    reranker = get_reranker()
+    if reranker is not None and alive:
+        for candidate, score in zip(alive, reranker.rerank(question, alive), strict=True):
+            candidate.rerank_score = float(score)
+        alive.sort(key=lambda c: (-(c.rerank_score or 0.0), c.rank))
+
+    kept_per_document: dict[int, int] = {}
+    capped: list[Candidate] = []
+    for candidate in alive:
+        kept = kept_per_document.get(candidate.document_id, 0)
+        if kept >= per_document:
+            candidate.dropped_reason = Dropped.DOCUMENT_CAP
+            continue
+        kept_per_document[candidate.document_id] = kept + 1
+        capped.append(candidate)
+
+    try:
+        visible = visible_document_ids({c.document_id for c in capped})
+    except Exception:
+        # Fail closed: a broken permission check must never mean "show everything".
+        logger.exception("Access check failed; no sources will be used")
+        visible = set()
+
+    numbers: dict[int, int] = {}
+    grouped: dict[int, list[Candidate]] = {}
+    for candidate in capped:
+        if candidate.document_id not in visible:
+            candidate.dropped_reason = Dropped.NO_ACCESS
+            continue
+        number = numbers.get(candidate.document_id)
+        if number is None:
+            if len(numbers) >= max_sources:
+                candidate.dropped_reason = Dropped.SOURCE_LIMIT
+                continue
+            number = numbers[candidate.document_id] = len(numbers) + 1
+            grouped[number] = []
+        candidate.prompt_number = number
+        grouped[number].append(candidate)
+
+    return [
+        NumberedSource(
+            number=number,
+            document_id=members[0].document_id,
+            title=members[0].title,
+            url=members[0].url,
+            candidates=tuple(members),
+        )
+        for number, members in grouped.items()
+    ]

@@ -1,0 +1,54 @@
+"""The search backend interface.
+
+A backend returns chunk ids with a *normalized* score: 0..1, higher is better, and
+comparable across corpora and query lengths, so one ``SCORE_THRESHOLD`` means the same
+everywhere. How each backend normalizes is documented on the backend and in the README.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Protocol
+
+# Words that carry no topic. Dropping them keeps scores about the question's subject. The
+# list is short on purpose: words that are keywords in code ("with", "for", "is", "in",
+# "not", "from", "as") stay, and BM25's idf already discounts whatever is common.
+STOPWORDS = frozenset(
+    """
+    a an the of to do does did doing done how what why who whom which whose when where i
+    me my mine myself you your yours we our us it its itself this that these those be been
+    being am are was were can could should would will shall may might must please tell
+    explain describe show give there their theirs them they he him his she her hers some
+    any very much many also than then just about into onto upon use used using uses work
+    works working get gets make makes difference differ differs different between
+    """.split()
+)
+# The same split as FTS5's unicode61 tokenizer: letters and digits, everything else separates.
+_TOKEN = re.compile(r"[^\W_]+")
+MAX_QUERY_TERMS = 32
+
+
+def query_terms(text: str) -> list[str]:
+    """Distinct, lower-cased, non-stopword terms of ``text`` in order of appearance."""
+    seen: dict[str, None] = {}
+    for token in _TOKEN.findall(text.lower()):
+        if token not in STOPWORDS and token not in seen:
+            seen[token] = None
+            if len(seen) == MAX_QUERY_TERMS:
+                break
+    return list(seen)
+
+
+@dataclass(frozen=True)
+class SearchHit:
+    chunk_id: int
+    score: float
+
+
+class SearchBackend(Protocol):
+    name: str
+
+    def search(self, query: str, *, limit: int) -> list[SearchHit]:
+        """The best ``limit`` chunks for ``query``, best first, scores in 0..1."""
+        ...

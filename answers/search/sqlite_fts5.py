@@ -1,0 +1,91 @@
+"""Embedded search on SQLite FTS5 (BM25 with Porter stemming).
+
+The index ``answers_chunk_fts`` (document title and chunk text, the title weighted 2:1)
+is created by a migration and kept current by triggers, so any write to chunks or
+document titles is searchable at once.
+
+Normalization: FTS5's BM25 adds, for each query term, ``idf * f*(k1+1) / (f + K)``; the
+second factor tends to ``k1+1`` as the term frequency grows, so ``(k1+1) * sum(idf)`` over
+the query's terms bounds the raw score. The normalized score is the raw score divided by
+that bound, using FTS5's own idf (terms the corpus lacks count at the highest idf). It
+reads as "the share of the question's evidence this chunk carries": a question whose
+distinctive words the corpus never uses cannot score high, on any corpus.
+"""
+
+from __future__ import annotations
+
+import math
+
+from django.db import connection
+from django.db.backends.utils import CursorWrapper
+
+from .base import SearchHit, query_terms
+
+K1 = 1.2  # FTS5's built-in bm25() constant
+FTS_TABLE = "answers_chunk_fts"
+VOCAB_TABLE = "answers_chunk_fts_vocab"
+_TOKENIZER = "porter unicode61 remove_diacritics 2"
+
+
+def _quote(term: str) -> str:
+    return '"' + term.replace('"', '""') + '"'
+
+
+class SQLiteFTS5Backend:
+    name = "sqlite-fts5"
+
+    def search(self, query: str, *, limit: int) -> list[SearchHit]:
+        terms = query_terms(query)
+        if not terms:
+            return []
+        with connection.cursor() as cursor:
+            stems = self._stems(cursor, terms)
+            if not stems:
+                return []
+            bound = self._score_bound(cursor, stems)
+            cursor.execute(
+                f"SELECT rowid, rank FROM {FTS_TABLE} WHERE {FTS_TABLE} MATCH %s "  # noqa: S608
+                "ORDER BY rank LIMIT %s",
+                [" OR ".join(_quote(stem) for stem in stems), limit],
+            )
+            rows = cursor.fetchall()
+        return [SearchHit(chunk_id=row[0], score=min(1.0, -row[1] / bound)) for row in rows]
+
+    def _stems(self, cursor: CursorWrapper, terms: list[str]) -> list[str]:
+        """The query's terms as the index stores them (stemmed by FTS5 itself)."""
+        # A per-connection scratch index runs the exact tokenizer the corpus used.
+        cursor.execute(
+            "CREATE VIRTUAL TABLE IF NOT EXISTS temp.answers_query_terms "
+            f"USING fts5(q, tokenize='{_TOKENIZER}')"
+        )
+        cursor.execute(
+            "CREATE VIRTUAL TABLE IF NOT EXISTS temp.answers_query_terms_vocab "
+            "USING fts5vocab(temp, answers_query_terms, instance)"
+        )
+        cursor.execute("DELETE FROM temp.answers_query_terms")
+        cursor.execute(
+            "INSERT INTO temp.answers_query_terms(q) VALUES (%s)", [" ".join(terms)]
+        )
+        cursor.execute(
+            "SELECT term FROM temp.answers_query_terms_vocab ORDER BY offset"
+        )
+        seen: dict[str, None] = {}
+        for (term,) in cursor.fetchall():
+            seen.setdefault(term, None)
+        return list(seen)
+
+    def _score_bound(self, cursor: CursorWrapper, stems: list[str]) -> float:
+        placeholders = ", ".join(["%s"] * len(stems))
+        cursor.execute(
+            f"SELECT term, doc FROM {VOCAB_TABLE} WHERE term IN ({placeholders})",  # noqa: S608
+            stems,
+        )
+        doc_counts = dict(cursor.fetchall())
+        cursor.execute("SELECT count(*) FROM answers_chunk")
+        (rows,) = cursor.fetchone()
+        total_idf = 0.0
+        for stem in stems:
+            hits = doc_counts.get(stem, 0)
+            idf = math.log((rows - hits + 0.5) / (hits + 0.5)) if rows else 0.0
+            total_idf += idf if idf > 0 else 1e-6  # FTS5 clamps the same way
+        return max((K1 + 1) * total_idf, 1e-9)

@@ -1,0 +1,238 @@
+"""Reads. Every read that returns something to a user checks that user's access here."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.db.models import Prefetch, Q, QuerySet
+
+from .conf import answers_settings
+from .models import Answer, ApiToken, Chunk, Conversation, Document, Question, RetrievedSource
+from .prompt import PriorTurn
+from .rendering import source_anchor
+from .types import AnswerPayload, Candidate, Reference
+
+AnyUser = AbstractBaseUser | AnonymousUser
+
+
+class NotFound(Exception):
+    """The object does not exist, or is not the caller's to see (the two look the same)."""
+
+
+def user_can_ask(*, user: AnyUser) -> bool:
+    return bool(user.is_authenticated and user.is_active and user.has_perm("answers.ask_question"))
+
+
+def document_visible_q(*, user: AnyUser) -> Q:
+    """Documents ``user`` may view: open to everyone who may ask, or shared with a group."""
+    if getattr(user, "is_superuser", False) and user.is_active:
+        return Q()
+    if not user.is_authenticated or not user.is_active:
+        return Q(pk__in=[])
+    return Q(access=Document.Access.EVERYONE) | Q(
+        access=Document.Access.GROUPS, groups__in=user.groups.all()  # type: ignore[union-attr]
+    )
+
+
+def document_list_visible(*, user: AnyUser) -> QuerySet[Document]:
+    return Document.objects.filter(document_visible_q(user=user)).distinct()
+
+
+def document_visible_ids(*, user: AnyUser, document_ids: Iterable[int]) -> set[int]:
+    ids = list(document_ids)
+    if not ids:
+        return set()
+    return set(
+        document_list_visible(user=user).filter(pk__in=ids).values_list("pk", flat=True)
+    )
+
+
+def document_get_visible(*, user: AnyUser, document_id: int) -> Document:
+    document = document_list_visible(user=user).filter(pk=document_id).first()
+    if document is None:
+        raise NotFound
+    return document
+
+
+def candidates_for_hits(*, hits: Iterable[tuple[int, float]]) -> list[Candidate]:
+    """Candidates for ``(chunk_id, score)`` hits, best first; one query."""
+    hit_list = list(hits)
+    chunks = Chunk.objects.select_related("document").only(
+        "id", "ordinal", "text", "document__id", "document__title", "document__url"
+    )
+    by_id = {chunk.pk: chunk for chunk in chunks.filter(pk__in=[c for c, _ in hit_list])}
+    candidates = []
+    for chunk_id, score in hit_list:
+        chunk = by_id.get(chunk_id)
+        if chunk is None:  # deleted between search and fetch
+            continue
+        candidates.append(
+            Candidate(
+                chunk_id=chunk.pk,
+                document_id=chunk.document.pk,
+                ordinal=chunk.ordinal,
+                title=chunk.document.title,
+                url=chunk.document.url,
+                text=chunk.text,
+                rank=len(candidates) + 1,
+                score=score,
+            )
+        )
+    return candidates
+
+
+def conversation_get_for_user(*, conversation_id: uuid.UUID, user: AnyUser) -> Conversation:
+    conversation = Conversation.objects.filter(pk=conversation_id, owner_id=user.pk).first()
+    if conversation is None:
+        raise NotFound
+    return conversation
+
+
+def conversation_history(*, conversation: Conversation) -> list[PriorTurn]:
+    """The last ``HISTORY_TURNS`` answered turns, oldest first."""
+    limit = int(answers_settings.HISTORY_TURNS)
+    chars = int(answers_settings.HISTORY_ANSWER_CHARS)
+    questions = (
+        Question.objects.filter(conversation=conversation)
+        .select_related("answer")
+        .order_by("-turn")[: max(limit, 1)]
+    )
+    turns = []
+    for question in questions:
+        answer = getattr(question, "answer", None)
+        text = (answer.final_text or answer.raw_text) if answer else ""
+        turns.append(PriorTurn(question=question.text, answer=text[:chars]))
+    return list(reversed(turns))[-limit:] if limit else []
+
+
+def conversation_last_question(*, conversation: Conversation) -> str | None:
+    question = Question.objects.filter(conversation=conversation).order_by("-turn").first()
+    return question.text if question else None
+
+
+def _answers_base() -> QuerySet[Answer]:
+    return Answer.objects.select_related("question", "question__conversation")
+
+
+def answer_get_for_user(*, answer_id: int, user: AnyUser) -> Answer:
+    answer = _answers_base().filter(pk=answer_id, question__user_id=user.pk).first()
+    if answer is None:
+        raise NotFound
+    return answer
+
+
+def answer_list_for_user(*, user: AnyUser) -> QuerySet[Answer]:
+    return _answers_base().filter(question__user_id=user.pk).order_by("-created_at", "-id")
+
+
+def answer_anchor_prefix(*, answer_id: int) -> str:
+    return f"answer-{answer_id}-source"
+
+
+def excerpt_of(texts: Iterable[str]) -> str:
+    limit = int(answers_settings.EXCERPT_CHARS)
+    excerpt = " … ".join(" ".join(text.split()) for text in texts)
+    if len(excerpt) > limit:
+        excerpt = excerpt[:limit].rsplit(" ", 1)[0] + " …"
+    return excerpt
+
+
+def reference_url(*, document_id: int, url: str, ordinal: int | None) -> str:
+    if url:
+        return url
+    from django.urls import reverse
+
+    path = reverse("answers:document", kwargs={"document_id": document_id})
+    return f"{path}#chunk-{ordinal}" if ordinal is not None else path
+
+
+def answer_references(*, answer: Answer, user: AnyUser) -> list[Reference]:
+    """The stored final Sources list, re-checking each document's access for ``user``."""
+    rows = list(
+        RetrievedSource.objects.filter(question_id=answer.question_id, final_number__isnull=False)
+        .select_related("document", "chunk")
+        .order_by("final_number", "rank")
+    )
+    visible = document_visible_ids(user=user, document_ids={row.document_id for row in rows})
+    prefix = answer_anchor_prefix(answer_id=answer.pk)
+    grouped: dict[int, list[RetrievedSource]] = {}
+    for row in rows:
+        grouped.setdefault(row.final_number or 0, []).append(row)
+    references = []
+    for number, members in grouped.items():
+        first = members[0]
+        anchor = source_anchor(prefix, number)
+        if first.document_id not in visible:
+            # Keep the number so the text's markers still line up, but show nothing of it.
+            references.append(
+                Reference(number, first.document_id, "Source no longer available", "", 0.0, "",
+                          anchor, available=False)  # fmt: skip
+            )
+            continue
+        chunks = sorted((m.chunk for m in members if m.chunk), key=lambda c: c.ordinal)
+        references.append(
+            Reference(
+                index=number,
+                document_id=first.document_id,
+                title=first.document.title,
+                url=reference_url(
+                    document_id=first.document_id,
+                    url=first.document.url,
+                    ordinal=chunks[0].ordinal if chunks else None,
+                ),
+                score=max(m.score for m in members),
+                excerpt=excerpt_of(c.text for c in chunks),
+                anchor=anchor,
+            )
+        )
+    return references
+
+
+def answer_payload(*, answer: Answer, user: AnyUser) -> AnswerPayload:
+    from .rendering import render_answer_html
+
+    references = answer_references(answer=answer, user=user)
+    text = answer.final_text if answer.status != Answer.Status.STREAMING else answer.raw_text
+    return AnswerPayload(
+        answer_id=answer.pk,
+        conversation_id=str(answer.question.conversation_id),
+        turn=answer.question.turn,
+        status=answer.status,
+        text=text,
+        html=render_answer_html(
+            text,
+            anchor_prefix=answer_anchor_prefix(answer_id=answer.pk),
+            source_count=len(references),
+        ),
+        references=references,
+    )
+
+
+def api_token_get_active(*, token_hash: str) -> ApiToken | None:
+    return (
+        ApiToken.objects.select_related("user")
+        .filter(token_hash=token_hash, revoked_at__isnull=True, user__is_active=True)
+        .first()
+    )
+
+
+def answer_admin_queryset() -> QuerySet[Answer]:
+    from django.db.models import Count
+
+    return Answer.objects.select_related("question", "question__user").annotate(
+        retrieved_count=Count("question__retrieved_sources", distinct=True),
+        cited_count=Count(
+            "question__retrieved_sources__document",
+            filter=Q(question__retrieved_sources__cited=True),
+            distinct=True,
+        ),
+        feedback_up=Count("feedback", filter=Q(feedback__rating="up"), distinct=True),
+        feedback_down=Count("feedback", filter=Q(feedback__rating="down"), distinct=True),
+    )
+
+
+def question_prefetch() -> Prefetch[Any]:
+    return Prefetch("retrieved_sources", queryset=RetrievedSource.objects.order_by("rank"))

@@ -1,0 +1,284 @@
+"""Writes. Each is one short transaction with a fixed number of queries."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.contrib.auth.models import AbstractBaseUser, Group
+from django.db import IntegrityError, transaction
+from django.db.models import Case, IntegerField, Max, Value, When
+from django.utils import timezone
+
+from .citations import FinalizedCitations, finalize_citations, strip_out_of_range_markers
+from .ingestion import ChunkSpan, chunk_text, content_hash
+from .models import (
+    Answer,
+    ApiToken,
+    Chunk,
+    Conversation,
+    Document,
+    Feedback,
+    Question,
+    RetrievedSource,
+)
+from .retrieval import NumberedSource
+from .types import Candidate
+
+TOKEN_PREFIX = "ca_"
+# Writing last_used_at on every request would make every read a write.
+TOKEN_TOUCH_INTERVAL = timedelta(minutes=1)
+
+
+@dataclass(frozen=True)
+class CreatedQuestion:
+    conversation: Conversation
+    question: Question
+    answer: Answer
+
+
+def question_create(
+    *,
+    user: AbstractBaseUser,
+    conversation: Conversation | None,
+    text: str,
+    candidates: Sequence[Candidate],
+    provider: str,
+    model: str,
+    retrieval_ms: int,
+) -> CreatedQuestion:
+    """Store the question, its streaming answer and every candidate with its fate."""
+    for attempt in range(3):
+        try:
+            with transaction.atomic():
+                if conversation is None:
+                    conversation = Conversation.objects.create(owner=user)
+                    turn = 1
+                else:
+                    last = Question.objects.filter(conversation=conversation).aggregate(
+                        last=Max("turn")
+                    )["last"]
+                    turn = (last or 0) + 1
+                question = Question.objects.create(
+                    conversation=conversation, turn=turn, text=text, user=user
+                )
+                answer = Answer.objects.create(
+                    question=question,
+                    provider=provider,
+                    model=model,
+                    retrieval_ms=retrieval_ms,
+                )
+                RetrievedSource.objects.bulk_create(
+                    [
+                        RetrievedSource(
+                            question=question,
+                            document_id=c.document_id,
+                            chunk_id=c.chunk_id,
+                            rank=c.rank,
+                            score=c.score,
+                            rerank_score=c.rerank_score,
+                            prompt_number=c.prompt_number,
+                            dropped_reason=c.dropped_reason,
+                        )
+                        for c in candidates
+                    ]
+                )
+            return CreatedQuestion(conversation=conversation, question=question, answer=answer)
+        except IntegrityError:
+            # Two questions raced for the same turn of one conversation: take the next turn.
+            if attempt == 2 or conversation is None:
+                raise
+    raise AssertionError("unreachable")
+
+
+@dataclass(frozen=True)
+class CompletedAnswer:
+    answer: Answer
+    finalized: FinalizedCitations[NumberedSource]
+
+
+def answer_complete(
+    *,
+    answer: Answer,
+    raw_text: str,
+    sources: Sequence[NumberedSource],
+    status: str,
+    error: str = "",
+    first_token_ms: int | None,
+    total_ms: int,
+) -> CompletedAnswer:
+    """Finalize citations on ``raw_text`` (strip first, ADR 0011) and store the outcome."""
+    stripped = strip_out_of_range_markers(raw_text, len(sources))
+    finalized = finalize_citations(stripped, list(sources))
+    final_numbers = {
+        source.number: final for final, source in enumerate(finalized.sources, start=1)
+    }
+    cited = set() if finalized.fallback else set(final_numbers)
+    now = timezone.now()
+    with transaction.atomic():
+        Answer.objects.filter(pk=answer.pk).update(
+            raw_text=raw_text,
+            final_text=finalized.text,
+            status=status,
+            error=error,
+            citations_fallback=finalized.fallback and bool(sources),
+            first_token_ms=first_token_ms,
+            total_ms=total_ms,
+            completed_at=now,
+        )
+        # One UPDATE whatever the number of sources.
+        RetrievedSource.objects.filter(
+            question_id=answer.question_id, prompt_number__isnull=False
+        ).update(
+            final_number=Case(
+                *[When(prompt_number=p, then=Value(f)) for p, f in final_numbers.items()],
+                default=None,
+                output_field=IntegerField(),
+            ),
+            cited=Case(
+                *[When(prompt_number=p, then=Value(True)) for p in cited],
+                default=Value(False),
+            ),
+        )
+    answer.raw_text, answer.final_text, answer.status, answer.error = (
+        raw_text,
+        finalized.text,
+        status,
+        error,
+    )
+    answer.citations_fallback = finalized.fallback and bool(sources)
+    answer.first_token_ms, answer.total_ms, answer.completed_at = first_token_ms, total_ms, now
+    return CompletedAnswer(answer=answer, finalized=finalized)
+
+
+def answer_mark_reviewed(
+    *, answer: Answer, reviewer: AbstractBaseUser, reviewed: bool, note: str
+) -> Answer:
+    answer.reviewed = reviewed
+    answer.review_note = note
+    answer.reviewed_by = reviewer if reviewed else None  # type: ignore[assignment]
+    answer.reviewed_at = timezone.now() if reviewed else None
+    answer.save(update_fields=["reviewed", "review_note", "reviewed_by", "reviewed_at"])
+    return answer
+
+
+def feedback_record(
+    *, answer: Answer, user: AbstractBaseUser, rating: str, comment: str
+) -> Feedback:
+    """One feedback per user and answer; giving it again replaces it."""
+    if rating not in Feedback.Rating.values:
+        raise ValueError(f"rating must be one of {', '.join(Feedback.Rating.values)}")
+    feedback, _ = Feedback.objects.update_or_create(
+        answer=answer, user=user, defaults={"rating": rating, "comment": comment}
+    )
+    return feedback
+
+
+def _hash_token(raw: str) -> str:
+    return hashlib.sha256(raw.encode()).hexdigest()
+
+
+def api_token_create(*, user: AbstractBaseUser, name: str) -> tuple[ApiToken, str]:
+    """A new token; the raw value is returned once and only its hash is stored."""
+    raw = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    token = ApiToken.objects.create(
+        user=user, name=name, token_hash=_hash_token(raw), prefix=raw[: len(TOKEN_PREFIX) + 6]
+    )
+    return token, raw
+
+
+def api_token_authenticate(*, raw: str) -> ApiToken | None:
+    from .selectors import api_token_get_active
+
+    if not raw.startswith(TOKEN_PREFIX) or len(raw) > 200:
+        return None
+    token = api_token_get_active(token_hash=_hash_token(raw))
+    if token is None:
+        return None
+    now = timezone.now()
+    if token.last_used_at is None or now - token.last_used_at > TOKEN_TOUCH_INTERVAL:
+        ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
+        token.last_used_at = now
+    return token
+
+
+def api_token_revoke(*, token: ApiToken) -> ApiToken:
+    if token.revoked_at is None:
+        token.revoked_at = timezone.now()
+        token.save(update_fields=["revoked_at"])
+    return token
+
+
+@dataclass(frozen=True)
+class IngestResult:
+    document: Document
+    outcome: str  # "created", "updated" or "unchanged"
+    chunks: int
+
+
+def document_ingest(
+    *,
+    source_key: str,
+    title: str,
+    body: str,
+    url: str = "",
+    group: Group | None = None,
+    chunk_size: int,
+) -> IngestResult:
+    """Create or update a document; unchanged bodies are skipped, changed ones re-chunked."""
+    digest = content_hash(body)
+    with transaction.atomic():
+        document = Document.objects.select_for_update().filter(source_key=source_key).first()
+        outcome = "updated"
+        if document is None:
+            document = Document(source_key=source_key)
+            outcome = "created"
+        elif document.content_hash == digest and document.title == title:
+            _document_apply_access(document=document, group=group)
+            return IngestResult(document, "unchanged", document.chunks.count())
+        document.title, document.body, document.url, document.content_hash = (
+            title,
+            body,
+            url or document.url,
+            digest,
+        )
+        document.save()
+        spans = chunk_text(body, size=chunk_size)
+        _document_replace_chunks(document=document, spans=spans)
+        _document_apply_access(document=document, group=group)
+    return IngestResult(document, outcome, len(spans))
+
+
+def document_save(*, document: Document, chunk_size: int) -> Document:
+    """Save an edited document, re-chunking when its body changed."""
+    digest = content_hash(document.body)
+    changed = document.pk is None or digest != document.content_hash
+    document.content_hash = digest
+    with transaction.atomic():
+        document.save()
+        if changed:
+            _document_replace_chunks(document=document, spans=chunk_text(document.body, size=chunk_size))
+    return document
+
+
+def _document_replace_chunks(*, document: Document, spans: Sequence[ChunkSpan]) -> None:
+    Chunk.objects.filter(document=document).delete()
+    Chunk.objects.bulk_create(
+        [
+            Chunk(document=document, ordinal=s.ordinal, text=s.text, start=s.start, end=s.end)
+            for s in spans
+        ],
+        batch_size=500,
+    )
+
+
+def _document_apply_access(*, document: Document, group: Group | None) -> None:
+    if group is None:
+        return
+    if document.access != Document.Access.GROUPS:
+        document.access = Document.Access.GROUPS
+        document.save(update_fields=["access"])
+    document.groups.add(group)

@@ -1,0 +1,35 @@
+"""The corpus every test database starts with: the Python reference plus restricted docs."""
+
+from __future__ import annotations
+
+from django.contrib.auth.models import Group
+
+from answers import services
+from answers.management.commands.ingest import PYTHON_DOCS_URL, python_doc_topics
+
+RESTRICTED = {
+    "Project Nightjar launch plan": (
+        "Project Nightjar is the confidential zeppelin launch programme. The Nightjar "
+        "zeppelin launches from hangar nine. Nightjar budgets are approved by the board."
+    ),
+    "Nightjar zeppelin hangar safety": (
+        "Zeppelin hangar safety for Nightjar: helium checks happen daily, and the zeppelin "
+        "mooring mast is inspected before each Nightjar launch."
+    ),
+}
+
+
+def load_corpus() -> None:
+    for topic, text in python_doc_topics():
+        services.document_ingest(
+            source_key=f"python-docs:{topic}",
+            title=topic,
+            body=text,
+            url=f"{PYTHON_DOCS_URL}#{topic}",
+            chunk_size=1200,
+        )
+    vault, _ = Group.objects.get_or_create(name="vault")
+    for title, body in RESTRICTED.items():
+        services.document_ingest(
+            source_key=f"vault:{title}", title=title, body=body, group=vault, chunk_size=1200
+        )

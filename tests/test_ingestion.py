@@ -1,0 +1,473 @@
+from __future__ import annotations
+
+import io
+import itertools
+import re
+from pathlib import Path
+
+import pypdf
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from answers import ingestion
+from answers.ingestion import (
+    SUPPORTED_SUFFIXES,
+    ChunkSpan,
+    ExtractedDocument,
+    ExtractionError,
+    chunk_text,
+    content_hash,
+    extract_file,
+    extract_text,
+    iter_source_files,
+)
+
+
+def make_pdf(pages: list[str], *, title: str | None = None) -> bytes:
+    """A hand-written PDF with one Helvetica text line per page and a correct xref table."""
+    count = len(pages)
+    page_ids = [4 + 2 * i for i in range(count)]
+    objects: dict[int, bytes] = {
+        1: b"<< /Type /Catalog /Pages 2 0 R >>",
+        2: b"<< /Type /Pages /Kids [%s] /Count %d >>"
+        % (b" ".join(b"%d 0 R" % i for i in page_ids), count),
+        3: b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+    }
+    for page_id, text in zip(page_ids, pages, strict=True):
+        content = b"BT /F1 12 Tf 72 720 Td (%s) Tj ET" % text.encode("latin-1") if text else b""
+        objects[page_id] = (
+            b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents %d 0 R "
+            b"/Resources << /Font << /F1 3 0 R >> >> >>" % (page_id + 1)
+        )
+        objects[page_id + 1] = b"<< /Length %d >>\nstream\n%s\nendstream" % (len(content), content)
+    info_id = 4 + 2 * count
+    if title is not None:
+        objects[info_id] = b"<< /Title (%s) >>" % title.encode("latin-1")
+
+    out = b"%PDF-1.4\n"
+    offsets: dict[int, int] = {}
+    for number in sorted(objects):
+        offsets[number] = len(out)
+        out += b"%d 0 obj\n%s\nendobj\n" % (number, objects[number])
+    size = max(objects) + 1
+    xref_at = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % size
+    for number in range(1, size):
+        out += b"%010d 00000 n \n" % offsets[number]
+    info = b" /Info %d 0 R" % info_id if title is not None else b""
+    out += b"trailer\n<< /Size %d /Root 1 0 R%s >>\n" % (size, info)
+    out += b"startxref\n%d\n%%%%EOF\n" % xref_at
+    return out
+
+
+def write(path: Path, data: bytes | str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(data, str):
+        path.write_text(data, encoding="utf-8")
+    else:
+        path.write_bytes(data)
+    return path
+
+
+# ----------------------------------------------------------------------- text files
+
+
+def test_markdown_atx_title_and_markup_kept(tmp_path: Path) -> None:
+    path = write(tmp_path / "guide.md", "Intro line\n\n# The Guide #\n\nSome *text*.\n")
+    doc = extract_file(path)
+    assert doc == ExtractedDocument(
+        title="The Guide", body="Intro line\n\n# The Guide #\n\nSome *text*."
+    )
+
+
+def test_markdown_setext_title(tmp_path: Path) -> None:
+    doc = extract_file(write(tmp_path / "a.markdown", "My Title\n========\n\nBody."))
+    assert doc.title == "My Title"
+
+
+def test_markdown_prefers_level_one_then_any_heading() -> None:
+    text = b"## Second\n\n# First\n"
+    assert extract_text(data=text, suffix=".md", fallback_title="f").title == "First"
+    text = b"Para\n\n## Only level two\n\nMore"
+    assert extract_text(data=text, suffix=".md", fallback_title="f").title == "Only level two"
+
+
+def test_markdown_title_ignores_code_fences_and_uses_front_matter() -> None:
+    fenced = b"```bash\n# not a title\n```\n\n# Real\n"
+    assert extract_text(data=fenced, suffix=".md", fallback_title="f").title == "Real"
+    front = b"---\ntitle: 'From YAML'\ntags: [a]\n---\n\n# Heading\n"
+    doc = extract_text(data=front, suffix=".md", fallback_title="f")
+    assert doc.title == "From YAML"
+    assert doc.body.startswith("---\ntitle:")
+
+
+def test_markdown_without_heading_uses_fallback(tmp_path: Path) -> None:
+    doc = extract_file(write(tmp_path / "release-notes.md", "#hashtag is not a heading\n"))
+    assert doc.title == "release-notes"
+
+
+def test_rst_titles() -> None:
+    underline = b".. _label:\n\nSection One\n===========\n\nText.\n"
+    assert extract_text(data=underline, suffix=".rst", fallback_title="f").title == "Section One"
+    overline = b"#########\n  Overlined\n#########\n\nSub\n---\n"
+    assert extract_text(data=overline, suffix=".rst", fallback_title="f").title == "Overlined"
+    too_short = b"A long title\n==\n\nText\n"
+    assert extract_text(data=too_short, suffix=".rst", fallback_title="f").title == "f"
+
+
+def test_txt_normalization(tmp_path: Path) -> None:
+    raw = b"\xef\xbb\xbfTitle?\r\nline two   \r\n\r\n\r\n\r\n\r\n\r\nend\t \r"
+    doc = extract_file(write(tmp_path / "notes.TXT", raw))
+    assert doc.title == "notes"
+    assert doc.body == "Title?\nline two\n\n\nend"
+
+
+def test_invalid_utf8(tmp_path: Path) -> None:
+    with pytest.raises(ExtractionError, match="not valid UTF-8"):
+        extract_file(write(tmp_path / "bad.txt", b"caf\xe9 au lait"))
+
+
+@pytest.mark.parametrize("suffix", [".md", ".txt", ".rst", ".html", ".pdf"])
+@pytest.mark.parametrize("content", [b"", b"  \n\t\r\n"])
+def test_empty_file(tmp_path: Path, suffix: str, content: bytes) -> None:
+    with pytest.raises(ExtractionError, match="file is empty"):
+        extract_file(write(tmp_path / f"empty{suffix}", content))
+
+
+def test_bom_only_file_is_empty() -> None:
+    with pytest.raises(ExtractionError, match="file is empty"):
+        extract_text(data=b"\xef\xbb\xbf\n", suffix=".md", fallback_title="f")
+
+
+def test_unsupported_suffix(tmp_path: Path) -> None:
+    with pytest.raises(ExtractionError, match=r"unsupported file type \.docx"):
+        extract_file(write(tmp_path / "report.docx", b"PK\x03\x04"))
+    with pytest.raises(ExtractionError, match="unsupported file type"):
+        extract_text(data=b"x", suffix="", fallback_title="f")
+
+
+def test_suffix_is_case_insensitive_and_dot_optional() -> None:
+    doc = extract_text(data=b"# T\n", suffix="MD", fallback_title="f")
+    assert doc.title == "T"
+
+
+def test_too_large_file_is_rejected_before_reading(tmp_path: Path) -> None:
+    path = tmp_path / "huge.txt"
+    with path.open("wb") as handle:
+        handle.truncate(ingestion.MAX_FILE_BYTES + 1)  # sparse: cheap to create
+    with pytest.raises(ExtractionError, match="too large"):
+        extract_file(path)
+
+
+def test_too_large_data_is_rejected(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ingestion, "MAX_FILE_BYTES", 10)
+    with pytest.raises(ExtractionError, match="too large"):
+        extract_text(data=b"x" * 11, suffix=".txt", fallback_title="f")
+
+
+def test_unreadable_file_is_an_extraction_error(tmp_path: Path) -> None:
+    (tmp_path / "folder.md").mkdir()
+    with pytest.raises(ExtractionError, match="cannot read file"):
+        extract_file(tmp_path / "folder.md")
+
+
+def test_nul_bytes_are_rejected_in_text_files() -> None:
+    with pytest.raises(ExtractionError, match="NUL"):
+        extract_text(data="hi".encode("utf-16-le"), suffix=".txt", fallback_title="f")
+
+
+def test_long_titles_are_truncated() -> None:
+    doc = extract_text(data=b"# " + b"word " * 100, suffix=".md", fallback_title="f")
+    assert len(doc.title) == ingestion.MAX_TITLE_LENGTH
+    assert doc.title.endswith("\u2026")
+
+
+# ---------------------------------------------------------------------------- HTML
+
+HTML = b"""<!doctype html>
+<html><head><title> The  Page </title><style>p { color: red }</style>
+<script>var secret = "do not index";</script></head>
+<body>
+<!-- a comment -->
+<noscript>Enable JS</noscript>
+<h1>Heading</h1>
+<p>First <b>bold</b> paragraph
+spanning lines.</p><div>Second&nbsp;block &amp; more</div>
+<ul><li>one</li><li>two</li></ul>
+<p>line<br>break</p>
+<table><tr><th>A</th><th>B</th></tr><tr><td>1</td><td>2</td></tr></table>
+<pre>  indented
+    code</pre>
+<template><p>template text</p></template>
+<p hidden>hidden text</p>
+<script>alert("x")</script>
+</body></html>"""
+
+
+def test_html_extraction(tmp_path: Path) -> None:
+    doc = extract_file(write(tmp_path / "page.html", HTML))
+    assert doc.title == "The Page"
+    assert doc.body == (
+        "Heading\n\nFirst bold paragraph spanning lines.\n\nSecond block & more\n\n"
+        "one\n\ntwo\n\nline\nbreak\n\nA | B\n\n1 | 2\n\n  indented\n    code"
+    )
+    for dropped in ("secret", "alert", "color", "comment", "Enable JS", "template", "hidden"):
+        assert dropped not in doc.body
+    assert "<" not in doc.body
+
+
+def test_html_title_falls_back_to_h1_then_file_name(tmp_path: Path) -> None:
+    doc = extract_file(write(tmp_path / "x.htm", "<body><h1>Main <i>Title</i></h1><p>t</p>"))
+    assert doc.title == "Main Title"
+    doc = extract_file(write(tmp_path / "plain.htm", "<p>only text</p>"))
+    assert (doc.title, doc.body) == ("plain", "only text")
+
+
+def test_html_declared_charset() -> None:
+    data = b'<meta charset="windows-1252"><p>caf\xe9 \x93quoted\x94</p>'
+    doc = extract_text(data=data, suffix=".html", fallback_title="f")
+    assert doc.body == "caf\u00e9 \u201cquoted\u201d"
+    latin1 = b'<meta http-equiv="Content-Type" content="text/html; charset=ISO-8859-1"><p>\xe9</p>'
+    assert extract_text(data=latin1, suffix=".html", fallback_title="f").body == "\u00e9"
+
+
+def test_html_invalid_utf8_is_replaced_not_rejected() -> None:
+    doc = extract_text(data=b"<p>caf\xe9</p>", suffix=".html", fallback_title="f")
+    assert doc.body == "caf\ufffd"
+
+
+def test_html_without_text() -> None:
+    with pytest.raises(ExtractionError, match="no readable text"):
+        extract_text(data=b"<script>x()</script><p> </p>", suffix=".html", fallback_title="f")
+
+
+# ----------------------------------------------------------------------------- PDF
+
+
+def test_pdf_text_and_metadata_title(tmp_path: Path) -> None:
+    path = write(tmp_path / "doc.pdf", make_pdf(["Hello PDF world", "Page two"], title="Meta"))
+    doc = extract_file(path)
+    assert doc.title == "Meta"
+    assert doc.body == "Hello PDF world\n\nPage two"
+
+
+def test_pdf_without_title_uses_fallback(tmp_path: Path) -> None:
+    doc = extract_file(write(tmp_path / "untitled.pdf", make_pdf(["Hello PDF world"])))
+    assert (doc.title, doc.body) == ("untitled", "Hello PDF world")
+    doc = extract_file(write(tmp_path / "blank.pdf", make_pdf(["Text"], title="   ")))
+    assert doc.title == "blank"
+
+
+def test_pdf_without_text(tmp_path: Path) -> None:
+    with pytest.raises(ExtractionError, match="PDF has no extractable text"):
+        extract_file(write(tmp_path / "scan.pdf", make_pdf([""])))
+
+
+@pytest.mark.parametrize(
+    "data",
+    [b"%PDF-1.4\nthis is not really a pdf", b"not a pdf at all", make_pdf(["Hi"])[:60]],
+)
+def test_corrupt_pdf(data: bytes) -> None:
+    with pytest.raises(ExtractionError, match="not a readable PDF"):
+        extract_text(data=data, suffix=".pdf", fallback_title="f")
+
+
+def _encrypted(user_password: str) -> bytes:
+    writer = pypdf.PdfWriter(clone_from=pypdf.PdfReader(io.BytesIO(make_pdf(["Secret text"]))))
+    writer.encrypt(user_password=user_password, owner_password="owner", algorithm="RC4-128")
+    out = io.BytesIO()
+    writer.write(out)
+    return out.getvalue()
+
+
+def test_password_protected_pdf() -> None:
+    with pytest.raises(ExtractionError, match="password-protected"):
+        extract_text(data=_encrypted("secret"), suffix=".pdf", fallback_title="f")
+
+
+def test_pdf_encrypted_with_empty_user_password_is_read() -> None:
+    doc = extract_text(data=_encrypted(""), suffix=".pdf", fallback_title="f")
+    assert doc.body == "Secret text"
+
+
+# ------------------------------------------------------------------------- walking
+
+
+def test_iter_source_files(tmp_path: Path) -> None:
+    root = tmp_path / "docs"
+    for name in [
+        "b.md",
+        "a.TXT",
+        "sub/c.rst",
+        "sub/deeper/d.html",
+        "z.pdf",
+        "image.png",
+        ".hidden.md",
+        ".git/config.md",
+        "sub/.cache/e.md",
+        "noext",
+    ]:
+        write(root / name, "x")
+    extra = write(tmp_path / "extra.htm", "x")
+    hidden_given = write(tmp_path / ".given.md", "x")
+
+    found = list(iter_source_files([root / "b.md", extra, root, hidden_given, root / "sub"]))
+    assert found == sorted(found)
+    assert [p.relative_to(tmp_path).as_posix() for p in found] == [
+        ".given.md",
+        "docs/a.TXT",
+        "docs/b.md",
+        "docs/sub/c.rst",
+        "docs/sub/deeper/d.html",
+        "docs/z.pdf",
+        "extra.htm",
+    ]
+    again = list(iter_source_files([root / "sub", root, hidden_given, extra]))
+    assert again == found
+
+
+def test_iter_source_files_missing_path(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError):
+        list(iter_source_files([tmp_path / "nope"]))
+
+
+def test_supported_suffixes() -> None:
+    assert {".md", ".markdown", ".txt", ".rst", ".html", ".htm", ".pdf"} == SUPPORTED_SUFFIXES
+
+
+def test_content_hash() -> None:
+    assert content_hash("") == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+    assert content_hash("é") != content_hash("e")
+    assert len(content_hash("x" * 1000)) == 64
+
+
+# ------------------------------------------------------------------------ chunking
+
+
+def _word_length_at(body: str, index: int) -> int:
+    start = index
+    while start > 0 and not body[start - 1].isspace():
+        start -= 1
+    match = re.compile(r"\S*").match(body, index)
+    assert match is not None
+    return match.end() - start
+
+
+def check_spans(body: str, spans: list[ChunkSpan], size: int) -> None:
+    assert [s.ordinal for s in spans] == list(range(len(spans)))
+    for span in spans:
+        assert body[span.start : span.end] == span.text
+        assert span.text
+        assert span.text == span.text.strip()
+        assert len(span.text) <= size
+        # A cut inside a word is only allowed when the word cannot fit in a chunk.
+        if span.start > 0 and not body[span.start - 1].isspace():
+            assert _word_length_at(body, span.start) > size
+        if span.end < len(body) and not body[span.end].isspace():
+            assert _word_length_at(body, span.end - 1) > size
+    for before, after in itertools.pairwise(spans):
+        assert before.start < after.start
+        assert before.end < after.end
+
+
+pieces = st.one_of(
+    st.text(alphabet="abcdefgh", min_size=1, max_size=12),
+    st.text(alphabet="xyz", min_size=90, max_size=400),
+    st.sampled_from([" ", "  ", "\n", "\n\n", "\n \n", ". ", "! ", "\t", "\u00a0", "\u2028"]),
+    st.text(max_size=5),
+)
+bodies = st.lists(pieces, max_size=300).map("".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(body=bodies, size=st.integers(min_value=100, max_value=400))
+def test_chunk_properties(body: str, size: int) -> None:
+    spans = chunk_text(body, size=size)
+    check_spans(body, spans, size)
+    for before, after in itertools.pairwise(spans):
+        assert before.end <= after.start
+    # Everything not covered by a chunk is whitespace.
+    gaps = [body[: spans[0].start] if spans else body]
+    gaps += [body[a.end : b.start] for a, b in itertools.pairwise(spans)]
+    gaps.append(body[spans[-1].end :] if spans else "")
+    assert "".join(gaps).strip() == ""
+    assert chunk_text(body, size=size) == spans
+
+
+@settings(max_examples=200, deadline=None)
+@given(body=bodies, size=st.integers(min_value=100, max_value=400), data=st.data())
+def test_chunk_properties_with_overlap(body: str, size: int, data: st.DataObject) -> None:
+    overlap = data.draw(st.integers(min_value=1, max_value=(size - 1) // 2))
+    spans = chunk_text(body, size=size, overlap=overlap)
+    check_spans(body, spans, size)
+    for before, after in itertools.pairwise(spans):
+        assert after.start >= before.end - overlap
+    assert [(s.start, s.end) for s in spans] == [
+        (s.start, s.end) for s in chunk_text(body, size=size, overlap=overlap)
+    ]
+    covered: set[int] = set()
+    for span in spans:
+        covered.update(range(span.start, span.end))
+    assert all(body[i].isspace() for i in range(len(body)) if i not in covered)
+
+
+def test_paragraphs_are_kept_whole_when_they_fit() -> None:
+    paragraphs = [("word " * n).strip() + "." for n in (30, 150, 90, 10, 200, 40)]
+    body = "\n\n".join(paragraphs)
+    spans = chunk_text(body, size=1200)
+    chunk_paragraphs = [p for span in spans for p in span.text.split("\n\n")]
+    assert chunk_paragraphs == paragraphs
+    assert len(spans) < len(paragraphs)  # small paragraphs are packed together
+
+
+def test_long_paragraph_breaks_at_line_then_sentence_then_space() -> None:
+    lines = "\n".join(["a" * 60] * 5)
+    assert [s.text for s in chunk_text(lines, size=130)] == [
+        "a" * 60 + "\n" + "a" * 60,
+        "a" * 60 + "\n" + "a" * 60,
+        "a" * 60,
+    ]
+    sentences = "First sentence here. " * 10
+    assert all(s.text.endswith(".") for s in chunk_text(sentences, size=100))
+    words = "abc " * 100
+    assert all(s.text.endswith("abc") for s in chunk_text(words, size=101))
+
+
+def test_overlong_word_is_cut_at_size() -> None:
+    body = "short " + "x" * 250 + " tail"
+    assert [s.text for s in chunk_text(body, size=100)] == [
+        "short",
+        "x" * 100,
+        "x" * 100,
+        "x" * 50 + " tail",
+    ]
+
+
+def test_overlap_repeats_the_end_of_the_previous_chunk() -> None:
+    body = " ".join(f"w{i:03d}" for i in range(300))
+    spans = chunk_text(body, size=200, overlap=50)
+    for before, after in itertools.pairwise(spans):
+        assert before.end - 50 <= after.start < before.end
+        assert body[after.start - 1] == " "
+    assert spans[-1].end == len(body)
+
+
+def test_chunk_text_edge_cases() -> None:
+    assert chunk_text("") == []
+    assert chunk_text(" \n\n\t ") == []
+    assert chunk_text("  hi  ") == [ChunkSpan(ordinal=0, start=2, end=4, text="hi")]
+
+
+@pytest.mark.parametrize(("size", "overlap"), [(99, 0), (100, -1), (100, 50), (1200, 600)])
+def test_chunk_text_validates_arguments(size: int, overlap: int) -> None:
+    with pytest.raises(ValueError):
+        chunk_text("text", size=size, overlap=overlap)
+
+
+def test_chunk_text_is_fast_on_ten_megabytes() -> None:
+    paragraph = " ".join(["lorem ipsum dolor sit amet."] * 30)
+    body = "\n\n".join([paragraph] * (10_000_000 // len(paragraph)))
+    spans = chunk_text(body, size=1200)
+    assert spans[-1].end == len(body)
+    assert sum(len(s.text) for s in spans) > 0.99 * len(body)
