@@ -32,7 +32,7 @@ _SCANNER = re.compile(
       \n(?P<fence>[ ]{0,3}(?P<fence_mark>`{3,}(?=[^`\n]*(?:\n|\Z))|~{3,})[^\n]*
         (?:\n[\s\S]*?)??(?:\n[ ]{0,3}(?P=fence_mark)[`~]*[ \t]*(?=\n|\Z)|\Z))
     | \n(?P<refdef>[ ]{0,3}\[[^\]\n]+\]:[^\n]*)
-    | `(?P<code>(?P<ticks>`*)(?:[^\n]|\n(?![ \t]*\n))*?(?<!`)`(?P=ticks)(?!`))
+    | `(?P<code>(?P<ticks>`*+)(?:[^\n]|\n(?![ \t]*\n))*?(?<!`)`(?P=ticks)(?!`))
     | `(?P<ticks_literal>`*)
     | \\(?P<escape>[\s\S])
     | \[(?P<footnote>\^[^\]\n]*\])

@@ -466,8 +466,14 @@ def chunk_text(body: str, *, size: int = 1200, overlap: int = 0) -> list[ChunkSp
     next_text = first.start() if first else end_of_text
     start = next_text
     while next_text < end_of_text:
-        limit = start + size
-        cut = end_of_text if limit >= end_of_text else _find_break(body, next_text, limit)
+        cut = _find_break(body, next_text, start + size, end_of_text)
+        if cut < 0 and start < next_text:
+            # The overlap pushed a word that fits in a chunk past the limit: drop the overlap
+            # rather than cut the word.
+            start = next_text
+            cut = _find_break(body, next_text, start + size, end_of_text)
+        if cut < 0:
+            cut = start + size  # a word longer than a chunk: the only place to cut
         text = body[start:cut].rstrip()
         end = start + len(text)
         spans.append(ChunkSpan(ordinal=len(spans), start=start, end=end, text=text))
@@ -484,11 +490,14 @@ def chunk_text(body: str, *, size: int = 1200, overlap: int = 0) -> list[ChunkSp
     return spans
 
 
-def _find_break(body: str, after: int, limit: int) -> int:
-    """Where to cut: a position in (after, limit]; body[after] is not whitespace.
+def _find_break(body: str, after: int, limit: int, end_of_text: int) -> int:
+    """Where to cut: a position in (after, limit], or -1 if only a cut inside a word would do.
 
-    Every candidate lies after ``after``, so each chunk covers at least one new character.
+    ``body[after]`` is not whitespace and every candidate lies after it, so each chunk covers
+    at least one character the previous chunk did not.
     """
+    if limit >= end_of_text:
+        return end_of_text
     stop = limit + 1  # the cut is exclusive, so whitespace at ``limit`` itself may be used
     cut = -1
     for match in _PARAGRAPH_BREAK.finditer(body, after, stop):
@@ -503,6 +512,4 @@ def _find_break(body: str, after: int, limit: int) -> int:
     if cut > after:
         return cut
     space = _LAST_WHITESPACE.search(body, after, stop)
-    if space is not None:
-        return space.start()
-    return limit
+    return space.start() if space is not None else -1

@@ -453,6 +453,11 @@ def test_overlap_repeats_the_end_of_the_previous_chunk() -> None:
     assert spans[-1].end == len(body)
 
 
+def test_overlap_never_cuts_a_word_that_fits() -> None:
+    body = "a a " + "x" * 179
+    assert [s.text for s in chunk_text(body, size=180, overlap=1)] == ["a a", "x" * 179]
+
+
 def test_chunk_text_edge_cases() -> None:
     assert chunk_text("") == []
     assert chunk_text(" \n\n\t ") == []

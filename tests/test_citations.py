@@ -1,0 +1,578 @@
+"""The citation rules of ADR 0011 (``answers.citations``), tested as a pure contract.
+
+Example tests pin the exact strings. Property tests build Markdown-ish answers from a plan
+of pieces (prose, markers, code, links, ...), so they know what every piece is, and check:
+
+* a small reference model of strip + finalize, written over the plan rather than over the
+  text, gives exactly the same text, sources and number map (so the scanner finds exactly
+  the planned markers and nothing else);
+* the ADR's properties, stated only with the module's own functions;
+* that code is byte-identical, both as planned and as markdown-it (the renderer's parser)
+  sees it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from markdown_it import MarkdownIt
+
+from answers.citations import (
+    FinalizedCitations,
+    Marker,
+    cited_numbers,
+    finalize_citations,
+    format_marker,
+    iter_markers,
+    rewrite_markers,
+    strip_out_of_range_markers,
+)
+
+
+def names(count: int) -> list[str]:
+    return [f"s{i}" for i in range(1, count + 1)]
+
+
+def run(text: str, count: int) -> tuple[str, FinalizedCitations[str]]:
+    stripped = strip_out_of_range_markers(text, count)
+    return stripped, finalize_citations(stripped, names(count))
+
+
+# --------------------------------------------------------------------------------------
+# Examples
+# --------------------------------------------------------------------------------------
+
+# (text, source count, expected stripped text, expected final text, expected sources);
+# expected sources ``None`` means the fallback: every source kept, final text == stripped.
+EXAMPLES = [
+    # Renumbering in first-citation order (the ADR's own example).
+    ("[1][3]", 3, "[1][3]", "[1][2]", ["s1", "s3"]),
+    ("A [1]. B [3].", 3, "A [1]. B [3].", "A [1]. B [2].", ["s1", "s3"]),
+    ("[2] first, then [1].", 2, "[2] first, then [1].", "[1] first, then [2].", ["s2", "s1"]),
+    ("[3] [1] [3] [2]", 3, "[3] [1] [3] [2]", "[1] [2] [3]", ["s3", "s1", "s2"]),
+    # Uncited sources are dropped.
+    ("Only [2] here.", 4, "Only [2] here.", "Only [1] here.", ["s2"]),
+    # Citing nothing: the fallback keeps text and sources.
+    ("No citations here.", 3, "No citations here.", "No citations here.", None),
+    ("", 2, "", "", None),
+    ("Nothing.", 0, "Nothing.", "Nothing.", None),
+    # Duplicates in one cluster collapse; the same number elsewhere stays.
+    ("[2][2]", 3, "[2][2]", "[1]", ["s2"]),
+    ("[2] [2]", 3, "[2] [2]", "[1]", ["s2"]),
+    ("[2]\t[2].", 3, "[2]\t[2].", "[1].", ["s2"]),
+    ("Fact [2][2] and [2].", 3, "Fact [2][2] and [2].", "Fact [1] and [1].", ["s2"]),
+    ("[1]\n[1]", 1, "[1]\n[1]", "[1]\n[1]", ["s1"]),
+    ("[3][1, 3]", 3, "[3][1, 3]", "[1][2]", ["s3", "s1"]),
+    ("[1, 1]", 1, "[1, 1]", "[1]", ["s1"]),
+    ("[1][9][1]", 3, "[1][1]", "[1]", ["s1"]),
+    ("[1] [9] [1]", 3, "[1] [1]", "[1]", ["s1"]),
+    # Groups: out-of-range numbers leave the group; canonical spelling after finalize.
+    ("[1, 9]", 3, "[1]", "[1]", ["s1"]),
+    ("[9, 2, 0]", 3, "[2]", "[1]", ["s2"]),
+    ("[1,3]", 3, "[1,3]", "[1, 2]", ["s1", "s3"]),
+    ("[ 2 , 1 ]", 2, "[ 2 , 1 ]", "[1, 2]", ["s2", "s1"]),
+    ("[ 1 ]", 1, "[ 1 ]", "[1]", ["s1"]),
+    # A dropped marker takes the spaces and tabs before it, never a newline.
+    ("see [9].", 3, "see.", "see.", None),
+    ("see [9]. And [2].", 3, "see. And [2].", "see. And [1].", ["s2"]),
+    ("Tabs \t[0] end", 3, "Tabs end", "Tabs end", None),
+    ("[0] x [1]", 1, " x [1]", " x [1]", ["s1"]),
+    ("line\n[9] next [1]", 1, "line\n next [1]", "line\n next [1]", ["s1"]),
+    ("Any [1] [4] [0].", 3, "Any [1].", "Any [1].", ["s1"]),
+    ("[1] [2] [1]", 2, "[1] [2] [1]", "[1] [2]", ["s1", "s2"]),
+    # Code is never read or rewritten.
+    ("`a[1]` [2]", 2, "`a[1]` [2]", "`a[1]` [1]", ["s2"]),
+    ("`a[9]`", 2, "`a[9]`", "`a[9]`", None),
+    ("``a`[1]`` [2]", 2, "``a`[1]`` [2]", "``a`[1]`` [1]", ["s2"]),
+    ("`` `[3]` `` [2]", 3, "`` `[3]` `` [2]", "`` `[3]` `` [1]", ["s2"]),
+    ("```\nx = a[1]\n```\n[2]", 2, "```\nx = a[1]\n```\n[2]", "```\nx = a[1]\n```\n[1]", ["s2"]),
+    (
+        "~~~python\n[9] [1]\n\n~~~\nSee [2].",
+        2,
+        "~~~python\n[9] [1]\n\n~~~\nSee [2].",
+        "~~~python\n[9] [1]\n\n~~~\nSee [1].",
+        ["s2"],
+    ),
+    ("````\n```\n[1]\n```\n````\n[2]", 2, None, "````\n```\n[1]\n```\n````\n[1]", ["s2"]),
+    ("```\n[1] never closed", 1, None, "```\n[1] never closed", None),
+    ("Prose\n   ```js\n[0]\n   ```\n[1]", 1, None, "Prose\n   ```js\n[0]\n   ```\n[1]", ["s1"]),
+    # A code span cannot cross a blank line, so this [1] is prose.
+    ("`a\n\n[1]` b", 1, "`a\n\n[1]` b", "`a\n\n[1]` b", ["s1"]),
+    # Unbalanced backtick runs are literal text, so the marker between them is prose.
+    ("``[2]` x", 2, "``[2]` x", "``[1]` x", ["s2"]),
+    ("a `[2]`` b [1]", 2, "a `[2]`` b [1]", "a `[1]`` b [2]", ["s2", "s1"]),
+    # Links, images, footnotes, escapes, autolinks and reference definitions are not markers.
+    ("[x](http://x) [1]", 1, None, "[x](http://x) [1]", ["s1"]),
+    ("[1](http://x) and [2]", 2, None, "[1](http://x) and [1]", ["s2"]),
+    ("[see [1]](http://x) [2]", 2, None, "[see [1]](http://x) [1]", ["s2"]),
+    ("![1](http://x/i.png) [2]", 2, None, "![1](http://x/i.png) [1]", ["s2"]),
+    ("Note[^1] and [2]", 2, None, "Note[^1] and [1]", ["s2"]),
+    ("\\[1] and [2]", 2, None, "\\[1] and [1]", ["s2"]),
+    ("\\[9]", 2, "\\[9]", "\\[9]", None),
+    ("<http://x/[1]> [2]", 2, None, "<http://x/[1]> [1]", ["s2"]),
+    ("[1]: http://x\n[2]", 2, None, "[1]: http://x\n[1]", ["s2"]),
+    # ... but a marker right after a link is a citation, and so is one after "\\".
+    ("[x](http://u)[2]", 2, None, "[x](http://u)[1]", ["s2"]),
+    ("[x](http://u)[9]", 2, "[x](http://u)", "[x](http://u)", None),
+    ("\\\\[2]", 2, None, "\\\\[1]", ["s2"]),
+    ("[^1][2]", 2, None, "[^1][1]", ["s2"]),
+    # At most four digits make a marker.
+    ("[12345] [1]", 3, "[12345] [1]", "[12345] [1]", ["s1"]),
+    ("[12345]", 3, "[12345]", "[12345]", None),
+    ("[1, 12345]", 3, "[1, 12345]", "[1, 12345]", None),
+    ("[1234]", 3, "", "", None),
+    ("[0002]", 3, "[0002]", "[1]", ["s2"]),
+    # Not markers at all.
+    ("[1\n]", 1, "[1\n]", "[1\n]", None),
+    ("[a] [1 2] [1,] [-1]", 1, None, "[a] [1 2] [1,] [-1]", None),
+]
+
+
+@pytest.mark.parametrize(
+    ("text", "count", "stripped", "final", "sources"),
+    EXAMPLES,
+    ids=[repr(example[0]) for example in EXAMPLES],
+)
+def test_examples(
+    text: str, count: int, stripped: str | None, final: str, sources: list[str] | None
+) -> None:
+    got_stripped, result = run(text, count)
+    assert got_stripped == (text if stripped is None else stripped)
+    assert result.text == final
+    if sources is None:
+        assert result.fallback is True
+        assert result.text == got_stripped
+        assert result.sources == names(count)
+        assert result.number_map == {}
+    else:
+        assert result.fallback is False
+        assert result.sources == sources
+        assert list(result.number_map.values()) == list(range(1, len(sources) + 1))
+
+
+def test_number_map_maps_prompt_numbers_to_final_numbers() -> None:
+    result = finalize_citations("[3] then [1, 3] then [4]", ["a", "b", "c", "d"])
+    assert result == FinalizedCitations("[1] then [2, 1] then [3]", ["c", "a", "d"], {3: 1, 1: 2, 4: 3}, False)
+
+
+def test_finalize_drops_out_of_range_markers_it_is_given() -> None:
+    result = finalize_citations("a [1] b [9] c [0, 1]", ["x"])
+    assert result.text == "a [1] b c [1]"
+    assert result.sources == ["x"]
+
+
+def test_finalize_without_strip_leaves_only_out_of_range_markers_in_fallback() -> None:
+    # Documented order: strip first. Without it, a text citing only missing sources is the
+    # "cites nothing" fallback and keeps its (dangling) marker as written.
+    result = finalize_citations("see [9]", ["x"])
+    assert result == FinalizedCitations("see [9]", ["x"], {}, True)
+    assert run("see [9]", 1) == ("see", FinalizedCitations("see", ["s1"], {}, True))
+
+
+def test_finalize_does_not_mutate_or_alias_the_sources() -> None:
+    sources = ["a", "b"]
+    result = finalize_citations("nothing", sources)
+    assert result.sources == sources
+    assert result.sources is not sources
+    finalize_citations("[2]", sources)
+    assert sources == ["a", "b"]
+
+
+@pytest.mark.parametrize(
+    ("numbers", "expected"),
+    [([1], "[1]"), ([1, 3], "[1, 3]"), ((2, 1, 2), "[2, 1, 2]"), ([12, 3], "[12, 3]")],
+)
+def test_format_marker(numbers: Sequence[int], expected: str) -> None:
+    assert format_marker(numbers) == expected
+    assert [m.numbers for m in iter_markers(expected)] == [tuple(numbers)]
+
+
+def test_iter_markers_spans_and_numbers() -> None:
+    text = "a [1] b [2,3][ 4 ] `[5]` [6](u) c"
+    assert list(iter_markers(text)) == [
+        Marker(2, 5, (1,)),
+        Marker(8, 13, (2, 3)),
+        Marker(13, 18, (4,)),
+    ]
+
+
+def test_cited_numbers_ignores_everything_that_is_not_a_marker() -> None:
+    text = "`[1]` ``[2]`` [x](u) [3](u) ![4](u) [^5] \\[6] <http://x/[7]> [12345]\n```\n[8]\n```"
+    assert cited_numbers(text) == []
+    assert cited_numbers("[3] [1, 3] [2] [1]") == [3, 1, 2]
+
+
+def test_rewrite_markers_none_keeps_and_empty_drops_with_spaces() -> None:
+    text = "a [1] b  [2] c\t[3]"
+    assert rewrite_markers(text, lambda m: None) == text
+    assert rewrite_markers(text, lambda m: "" if 2 in m.numbers else None) == "a [1] b c\t[3]"
+    assert rewrite_markers(text, lambda m: f"<{m.numbers[0]}>") == "a <1> b  <2> c\t<3>"
+    assert rewrite_markers(text, lambda m: "") == "a b c"
+
+
+# --------------------------------------------------------------------------------------
+# Generated answers
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Piece:
+    """One planned piece of an answer.
+
+    ``kind`` is "text" (prose and separators: may be rewritten around markers), "marker"
+    (``numbers`` are what it cites), "code" / "fence" (code), or "literal" (links, images,
+    footnotes, escapes, autolinks: prose that must never be read as a marker).
+    """
+
+    kind: str
+    text: str
+    numbers: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Answer:
+    pieces: tuple[Piece, ...]
+
+    @property
+    def text(self) -> str:
+        return "".join(piece.text for piece in self.pieces)
+
+    def of_kind(self, *kinds: str) -> list[str]:
+        return [piece.text for piece in self.pieces if piece.kind in kinds]
+
+
+@dataclass(eq=False)
+class Source:
+    """A source compared by identity, like a retrieved chunk."""
+
+    name: str
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+WORDS = ["see", "the", "answer", "is", "Django", "x", "a1", "42", ".", ",", ";", "?", "ok."]
+CODE_BITS = ["a", "x", "[1]", "[2][2]", "[9]", "[0]", "[1, 3]", "[1,3]", " ", "b ", "f(x)"]
+FENCE_LINES = [
+    "x = a[1]",
+    "print(a[0])",
+    "[2][2]",
+    "see [9].",
+    "`[3]` and ``[4]``",
+    "",
+    "",
+    "  [1, 3]",
+    "[x](http://x) [4]",
+    "\\[5]",
+]
+LITERALS = [
+    "[text](http://x)",
+    "[1](http://x)",
+    "[0](http://x/a)",
+    "[see [2]](http://x)",
+    "![img](http://x/i.png)",
+    "![1](http://x/i.png)",
+    "![fig [3]](http://x)",
+    "[^1]",
+    "[^2]",
+    "[^note]",
+    "\\[1]",
+    "\\[9]",
+    "\\[1, 2]",
+    "<http://x/[1]>",
+]
+
+markers = st.builds(
+    lambda numbers, sep, pad: Piece(
+        "marker",
+        "[" + sep.join(str(n).zfill(2) if pad else str(n) for n in numbers) + "]",
+        tuple(numbers),
+    ),
+    st.lists(st.integers(0, 15), min_size=1, max_size=3),
+    st.sampled_from([", ", ",", " , "]),
+    st.sampled_from([False, False, False, True]),  # zero-padded: [01]
+)
+
+
+@st.composite
+def code_spans(draw: st.DrawFn) -> Piece:
+    content = "".join(draw(st.lists(st.sampled_from(CODE_BITS), min_size=1, max_size=3)))
+    if draw(st.booleans()):
+        return Piece("code", "`" + content + "`")
+    # Double-backtick span with a single backtick inside (never next to the delimiters).
+    tail = "".join(draw(st.lists(st.sampled_from(CODE_BITS), min_size=1, max_size=2)))
+    inner = content.strip() or "a"
+    return Piece("code", "``" + draw(st.sampled_from(["", " "])) + inner + "`" + tail.strip() + "x``")
+
+
+@st.composite
+def fences(draw: st.DrawFn) -> Piece:
+    mark = draw(st.sampled_from(["```", "````", "~~~", "~~~~"]))
+    char = mark[0]
+    info = draw(st.sampled_from(["", "py", "python title=x", " js"]))
+    lines = draw(st.lists(st.sampled_from(FENCE_LINES), max_size=4))
+    if len(mark) > 3 and draw(st.booleans()):
+        lines.append(char * 3)  # a shorter run does not close a longer fence
+    lines.append(("~~~" if char == "`" else "```") * draw(st.integers(0, 1)))
+    indent = " " * draw(st.sampled_from([0, 0, 1, 3]))
+    close = " " * draw(st.sampled_from([0, 2])) + mark + char * draw(st.integers(0, 1))
+    return Piece("fence", indent + mark + info + "\n" + "\n".join(lines) + "\n" + close)
+
+
+segments = st.one_of(
+    st.sampled_from(WORDS).map(lambda w: [Piece("text", w)]),
+    markers.map(lambda m: [m]),
+    markers.map(lambda m: [m, Piece("text", ""), m]),  # a duplicate: [2][2]
+    code_spans().map(lambda c: [c]),
+    fences().map(lambda f: [f]),
+    st.sampled_from(LITERALS).map(lambda text: [Piece("literal", text)]),
+)
+
+
+@st.composite
+def answers(draw: st.DrawFn) -> Answer:
+    """A Markdown-ish answer, with separators that keep every piece what it was planned as."""
+    pieces: list[Piece] = []
+    for segment in draw(st.lists(segments, max_size=18)):
+        for piece in segment:
+            if not pieces or (piece.kind == "text" and piece.text == ""):
+                pieces.append(piece)
+                continue
+            previous = pieces[-1]
+            if previous.kind == "text" and previous.text == "":
+                pieces.append(piece)
+                continue
+            kinds = {previous.kind, piece.kind}
+            if "fence" in kinds:
+                choices = ["\n", "\n\n"]  # fences sit on their own lines
+            elif "code" in kinds:
+                choices = [" ", "\n", "\n\n", " \t"]  # touching backticks would merge
+            else:
+                choices = [" ", "", "", "\n", "\n\n", "  ", "\t"]
+            pieces.append(Piece("text", draw(st.sampled_from(choices))))
+            pieces.append(piece)
+    return Answer(tuple(pieces))
+
+
+counts = st.integers(0, 12)
+
+
+# --------------------------------------------------------------------------------------
+# A reference model over the plan
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Modelled:
+    stripped: str
+    text: str
+    order: list[int]
+    # For each marker left in the final text: the prompt numbers it stands for.
+    final_markers: list[tuple[int, ...]]
+
+
+def _drop_with_spaces(out: list[Piece]) -> None:
+    while out and out[-1].kind == "text":
+        kept = out[-1].text.rstrip(" \t")
+        if kept:
+            out[-1] = Piece("text", kept)
+            return
+        out.pop()
+
+
+def model(answer: Answer, count: int) -> Modelled:
+    stripped: list[Piece] = []
+    for piece in answer.pieces:
+        if piece.kind != "marker":
+            stripped.append(piece)
+            continue
+        kept = tuple(n for n in piece.numbers if 1 <= n <= count)
+        if len(kept) == len(piece.numbers):
+            stripped.append(piece)
+        elif kept:
+            stripped.append(Piece("marker", "[" + ", ".join(map(str, kept)) + "]", kept))
+        else:
+            _drop_with_spaces(stripped)
+
+    order: list[int] = []
+    for piece in stripped:
+        order.extend(n for n in piece.numbers if n not in order)
+    stripped_text = "".join(piece.text for piece in stripped)
+    if not order:
+        return Modelled(stripped_text, stripped_text, [], [])
+    new_of = {old: new for new, old in enumerate(order, start=1)}
+
+    out: list[Piece] = []
+    final_markers: list[tuple[int, ...]] = []
+    gap: str | None = None  # text since the previous marker; None: no usable previous one
+    cluster: set[int] = set()
+    for piece in stripped:
+        if piece.kind != "marker":
+            out.append(piece)
+            if gap is not None:
+                gap = gap + piece.text if piece.kind == "text" else None
+            continue
+        if gap is None or gap.strip(" \t"):
+            cluster = set()
+        gap = ""
+        olds = tuple(n for n in piece.numbers if new_of[n] not in cluster)
+        olds = tuple(dict.fromkeys(olds))
+        cluster.update(new_of[n] for n in olds)
+        if olds:
+            out.append(Piece("marker", "[" + ", ".join(str(new_of[n]) for n in olds) + "]"))
+            final_markers.append(olds)
+        else:
+            _drop_with_spaces(out)
+    return Modelled(stripped_text, "".join(piece.text for piece in out), order, final_markers)
+
+
+# --------------------------------------------------------------------------------------
+# Properties
+# --------------------------------------------------------------------------------------
+
+_MARKDOWN = MarkdownIt("commonmark", {"html": False})
+_MARKDOWN.disable("code")  # as answers.rendering does
+
+
+def markdown_code(text: str) -> list[tuple[str, str]]:
+    """Fenced blocks and code spans, as the renderer's Markdown parser sees them."""
+    found: list[tuple[str, str]] = []
+    for token in _MARKDOWN.parse(text):
+        if token.type == "fence":
+            found.append(("fence", token.info + "\n" + token.content))
+        for child in token.children or []:
+            if child.type == "code_inline":
+                found.append(("code", child.content))
+    return found
+
+
+def in_order(needles: list[str], haystack: str) -> bool:
+    position = 0
+    for needle in needles:
+        found = haystack.find(needle, position)
+        if found == -1:
+            return False
+        position = found + len(needle)
+    return True
+
+
+def sources_for(count: int) -> list[Source]:
+    return [Source(f"s{i}") for i in range(1, count + 1)]
+
+
+@settings(deadline=None)
+@given(answers(), counts)
+def test_matches_the_reference_model(answer: Answer, count: int) -> None:
+    sources = sources_for(count)
+    expected = model(answer, count)
+    stripped = strip_out_of_range_markers(answer.text, count)
+    assert stripped == expected.stripped
+    result = finalize_citations(stripped, sources)
+    assert result.text == expected.text
+    assert result.fallback is (not expected.order)
+    assert result.sources == ([sources[n - 1] for n in expected.order] or sources)
+    assert list(result.number_map) == expected.order
+    # 7. every final marker cites exactly the sources its original marker cited.
+    final = [marker.numbers for marker in iter_markers(result.text)]
+    if result.fallback:
+        assert final == []
+    else:
+        assert len(final) == len(expected.final_markers)
+        for new_numbers, old_numbers in zip(final, expected.final_markers, strict=True):
+            assert [result.sources[j - 1] for j in new_numbers] == [
+                sources[n - 1] for n in old_numbers
+            ]
+
+
+@settings(deadline=None)
+@given(answers())
+def test_the_scanner_finds_exactly_the_planned_markers(answer: Answer) -> None:
+    text = answer.text
+    found = list(iter_markers(text))
+    assert [m.numbers for m in found] == [p.numbers for p in answer.pieces if p.kind == "marker"]
+    assert [text[m.start : m.end] for m in found] == answer.of_kind("marker")
+    assert cited_numbers(text) == list(dict.fromkeys(n for m in found for n in m.numbers))
+    # The generator's code really is code to Markdown (else the test above proves little).
+    assert len(markdown_code(text)) == len(answer.of_kind("code", "fence"))
+
+
+@settings(deadline=None)
+@given(answers(), counts)
+def test_strip_leaves_only_numbers_in_range(answer: Answer, count: int) -> None:
+    stripped = strip_out_of_range_markers(answer.text, count)
+    for marker in iter_markers(stripped):
+        assert marker.numbers
+        assert all(1 <= n <= count for n in marker.numbers)
+    # Valid markers are kept as written, and strip is idempotent.
+    if all(1 <= n <= count for m in iter_markers(answer.text) for n in m.numbers):
+        assert stripped == answer.text
+    assert strip_out_of_range_markers(stripped, count) == stripped
+
+
+@settings(deadline=None)
+@given(answers(), counts)
+def test_finalize_keeps_cited_sources_renumbered_in_first_citation_order(
+    answer: Answer, count: int
+) -> None:
+    sources = sources_for(count)
+    stripped = strip_out_of_range_markers(answer.text, count)
+    result = finalize_citations(stripped, sources)
+    cited = cited_numbers(stripped)
+
+    # 4. the fallback applies iff the stripped text cites nothing; then nothing changes.
+    assert result.fallback is (cited == [])
+    if result.fallback:
+        assert result.text == stripped
+        assert result.sources == sources
+        assert all(a is b for a, b in zip(result.sources, sources, strict=True))
+        assert result.number_map == {}
+        return
+
+    k = len(result.sources)
+    # 2. sources are a sub-list of the input, each at most once; references are 1..k.
+    assert len({id(s) for s in result.sources}) == k
+    positions = [next(i for i, s in enumerate(sources) if s is r) for r in result.sources]
+    assert sorted(positions) == sorted(set(positions))
+    assert sorted(result.number_map.values()) == list(range(1, k + 1))
+    assert list(result.number_map) == cited
+    # 3. first citations appear in order, and 4. every kept source is cited.
+    assert cited_numbers(result.text) == list(range(1, k + 1))
+    for marker in iter_markers(result.text):
+        assert all(1 <= n <= k for n in marker.numbers)
+        assert len(set(marker.numbers)) == len(marker.numbers)
+    # 7. number_map sends each prompt number to the same source object.
+    for old, new in result.number_map.items():
+        assert result.sources[new - 1] is sources[old - 1]
+
+
+@settings(deadline=None)
+@given(answers(), counts)
+def test_strip_and_finalize_are_idempotent(answer: Answer, count: int) -> None:
+    _, result = run(answer.text, count)
+    again = finalize_citations(
+        strip_out_of_range_markers(result.text, len(result.sources)), result.sources
+    )
+    assert again.text == result.text
+    assert again.sources == result.sources
+    if not result.fallback:
+        assert again.number_map == {n: n for n in range(1, len(result.sources) + 1)}
+
+
+@settings(deadline=None)
+@given(answers(), counts)
+def test_code_links_footnotes_and_escapes_are_byte_identical(answer: Answer, count: int) -> None:
+    _, result = run(answer.text, count)
+    # 6. every planned code piece and literal survives unchanged, in order ...
+    assert in_order(answer.of_kind("code", "fence"), result.text)
+    assert in_order(answer.of_kind("literal"), result.text)
+    assert in_order(answer.of_kind("code", "fence", "literal"), result.text)
+    # ... and Markdown sees exactly the same code before and after.
+    assert markdown_code(result.text) == markdown_code(answer.text)
+    # Only markers and the spaces before dropped ones change: the rest is the same text.
+    prose = re.compile(r"[^\s\[\]0-9,]+")
+    assert "".join(prose.findall(result.text)) == "".join(prose.findall(answer.text))
