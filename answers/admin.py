@@ -211,7 +211,7 @@ class ApiTokenAdmin(admin.ModelAdmin):
     actions = ["revoke_tokens"]
     list_select_related = ("user",)
 
-    def get_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
         if obj is None:
             return ["user", "name"]
         return ["user", "name", "prefix", "created_at", "last_used_at", "revoked_at"]

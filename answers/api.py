@@ -79,10 +79,11 @@ class ErrorOut(Schema):
     answer_id: int | None = None
 
 
-
 @api.exception_handler(pipeline.AskRefused)
 def _ask_refused(request: HttpRequest, exc: pipeline.AskRefused) -> HttpResponse:
-    return api.create_response(request, {"detail": exc.message, "code": exc.code}, status=exc.status)
+    return api.create_response(
+        request, {"detail": exc.message, "code": exc.code}, status=exc.status
+    )
 
 
 @api.exception_handler(selectors.NotFound)
@@ -107,15 +108,19 @@ async def create_answer(request: HttpRequest, payload: AskIn) -> Any:
         conversation_id=payload.conversation_id,
     )
     if isinstance(last, pipeline.ErrorEvent):
-        return 502, {"detail": last.message, "code": "generation_failed", "answer_id": last.answer_id}
+        return 502, {
+            "detail": last.message,
+            "code": "generation_failed",
+            "answer_id": last.answer_id,
+        }
     return 200, last.answer.as_dict()
 
 
 @api.get("/answers", response=AnswerPageOut, summary="List your answers")
 def list_answers(
     request: HttpRequest,
-    limit: int = Query(20, ge=1, le=100),  # type: ignore[type-arg]
-    offset: int = Query(0, ge=0),  # type: ignore[type-arg]
+    limit: int = Query(20, ge=1, le=100),
+    offset: int = Query(0, ge=0),
 ) -> Any:
     answers = selectors.answer_list_for_user(user=request.auth)  # type: ignore[attr-defined]
     page = list(answers[offset : offset + limit])
@@ -158,5 +163,3 @@ def give_feedback(request: HttpRequest, answer_id: int, payload: FeedbackIn) -> 
         answer=answer, user=user, rating=payload.rating, comment=payload.comment
     )
     return {"answer_id": answer.pk, "rating": feedback.rating, "comment": feedback.comment}
-
-

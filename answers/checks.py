@@ -49,10 +49,13 @@ def check_answers_settings(app_configs: Any = None, **kwargs: Any) -> list[Check
         if value < low or (high is not None and value > high):
             bound = f"between {low} and {high}" if high is not None else f"at least {low}"
             errors.append(Error(f"ANSWERS[{key!r}] must be {bound}.", id="answers.E004"))
-    if not isinstance(answers_settings.NO_ANSWER_MESSAGE, str) or not str(
-        answers_settings.NO_ANSWER_MESSAGE
-    ).strip():
-        errors.append(Error("ANSWERS['NO_ANSWER_MESSAGE'] must be a non-empty string.", id="answers.E005"))
+    if (
+        not isinstance(answers_settings.NO_ANSWER_MESSAGE, str)
+        or not str(answers_settings.NO_ANSWER_MESSAGE).strip()
+    ):
+        errors.append(
+            Error("ANSWERS['NO_ANSWER_MESSAGE'] must be a non-empty string.", id="answers.E005")
+        )
     paths = {
         "PROVIDER": answers_settings.provider_path(),
         "SEARCH_BACKEND": answers_settings.search_backend_path(),

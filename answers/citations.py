@@ -40,7 +40,7 @@ _SCANNER = re.compile(
     | !\[(?P<image>(?:[^\[\]\n]|\[[^\[\]\n]*\])*\]\([^)\n]*\))
     | <(?P<autolink>[a-zA-Z][a-zA-Z0-9+.\-]{1,31}:[^\s<>]*>)
     | \[(?P<marker>[ ]*(?P<numbers>\d{1,%d}(?:[ ]*,[ ]*\d{1,%d})*)[ ]*\])
-    """
+    """  # noqa: UP031 (a regex full of braces reads better with %)
     % (_MAX_DIGITS, _MAX_DIGITS),
     re.VERBOSE,
 )

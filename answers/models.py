@@ -206,7 +206,9 @@ class ApiToken(models.Model):
     )
     name = models.CharField(max_length=100)
     token_hash = models.CharField(max_length=64, unique=True, editable=False)
-    prefix = models.CharField(max_length=16, editable=False, help_text="Shown to tell tokens apart.")
+    prefix = models.CharField(
+        max_length=16, editable=False, help_text="Shown to tell tokens apart."
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
     revoked_at = models.DateTimeField(null=True, blank=True, editable=False)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from asgiref.sync import sync_to_async
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 
 from . import selectors, services
 from .conf import answers_settings
@@ -237,9 +237,7 @@ class AnswerRun:
         )
 
 
-def _prepare(
-    *, user: AbstractBaseUser, question: str, conversation_id: uuid.UUID | None
-) -> AnswerRun:
+def _prepare(*, user: User, question: str, conversation_id: uuid.UUID | None) -> AnswerRun:
     started = time.perf_counter()
     if not selectors.user_can_ask(user=user):
         raise AskForbidden("You do not have permission to ask questions.")
@@ -292,7 +290,7 @@ def _prepare(
 
 
 async def start_answer(
-    *, user: AbstractBaseUser, question: object, conversation_id: uuid.UUID | None = None
+    *, user: User, question: object, conversation_id: uuid.UUID | None = None
 ) -> AnswerRun:
     """Validate, retrieve and store the question; raises ``AskRefused`` before any event."""
     cleaned = clean_question(question)
@@ -302,7 +300,7 @@ async def start_answer(
 
 
 async def answer_question(
-    *, user: AbstractBaseUser, question: object, conversation_id: uuid.UUID | None = None
+    *, user: User, question: object, conversation_id: uuid.UUID | None = None
 ) -> DoneEvent | ErrorEvent:
     """Run the whole pipeline and return its last event (the JSON path and the CLI)."""
     run = await start_answer(user=user, question=question, conversation_id=conversation_id)

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 @cache
 def get_search_backend() -> SearchBackend:
-    return import_string(answers_settings.search_backend_path())()  # type: ignore[no-any-return]
+    return import_string(answers_settings.search_backend_path())()
 
 
 @cache
@@ -28,7 +28,7 @@ def get_reranker() -> Reranker | None:
 
 @cache
 def get_provider() -> Provider:
-    return import_string(answers_settings.provider_path())()  # type: ignore[no-any-return]
+    return import_string(answers_settings.provider_path())()
 
 
 def reset() -> None:

@@ -47,7 +47,7 @@ def _render_image_as_text(
     # so it is shown as its description instead.
     token = tokens[idx]
     alt = self.renderInlineAsText(token.children or [], options, env)
-    return f"<span class=\"image-placeholder\">[image: {escape(alt)}]</span>"
+    return f'<span class="image-placeholder">[image: {escape(alt)}]</span>'
 
 
 def _make_markdown() -> MarkdownIt:

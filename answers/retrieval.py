@@ -53,7 +53,9 @@ def search_hits(*, question: str, previous_question: str | None) -> list[SearchH
     """
     backend = get_search_backend()
     limit = int(answers_settings.CANDIDATES)
-    best: dict[int, float] = {hit.chunk_id: hit.score for hit in backend.search(question, limit=limit)}
+    best: dict[int, float] = {
+        hit.chunk_id: hit.score for hit in backend.search(question, limit=limit)
+    }
     if previous_question:
         for hit in backend.search(f"{previous_question} {question}", limit=limit):
             if hit.score > best.get(hit.chunk_id, -1.0):

@@ -6,7 +6,7 @@ import uuid
 from collections.abc import Iterable
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.contrib.auth.models import AnonymousUser, User
 from django.db.models import Prefetch, Q, QuerySet
 
 from .conf import answers_settings
@@ -15,7 +15,7 @@ from .prompt import PriorTurn
 from .rendering import source_anchor
 from .types import AnswerPayload, Candidate, Reference
 
-AnyUser = AbstractBaseUser | AnonymousUser
+AnyUser = User | AnonymousUser
 
 
 class NotFound(Exception):
@@ -33,7 +33,8 @@ def document_visible_q(*, user: AnyUser) -> Q:
     if not user.is_authenticated or not user.is_active:
         return Q(pk__in=[])
     return Q(access=Document.Access.EVERYONE) | Q(
-        access=Document.Access.GROUPS, groups__in=user.groups.all()  # type: ignore[union-attr]
+        access=Document.Access.GROUPS,
+        groups__in=user.groups.all(),
     )
 
 
@@ -45,9 +46,7 @@ def document_visible_ids(*, user: AnyUser, document_ids: Iterable[int]) -> set[i
     ids = list(document_ids)
     if not ids:
         return set()
-    return set(
-        document_list_visible(user=user).filter(pk__in=ids).values_list("pk", flat=True)
-    )
+    return set(document_list_visible(user=user).filter(pk__in=ids).values_list("pk", flat=True))
 
 
 def document_get_visible(*, user: AnyUser, document_id: int) -> Document:
@@ -64,7 +63,7 @@ def candidates_for_hits(*, hits: Iterable[tuple[int, float]]) -> list[Candidate]
         "id", "ordinal", "text", "document__id", "document__title", "document__url"
     )
     by_id = {chunk.pk: chunk for chunk in chunks.filter(pk__in=[c for c, _ in hit_list])}
-    candidates = []
+    candidates: list[Candidate] = []
     for chunk_id, score in hit_list:
         chunk = by_id.get(chunk_id)
         if chunk is None:  # deleted between search and fetch
@@ -118,14 +117,14 @@ def _answers_base() -> QuerySet[Answer]:
 
 
 def answer_get_for_user(*, answer_id: int, user: AnyUser) -> Answer:
-    answer = _answers_base().filter(pk=answer_id, question__user_id=user.pk).first()
+    answer = _answers_base().filter(pk=answer_id, question__user_id=user.pk or 0).first()
     if answer is None:
         raise NotFound
     return answer
 
 
 def answer_list_for_user(*, user: AnyUser) -> QuerySet[Answer]:
-    return _answers_base().filter(question__user_id=user.pk).order_by("-created_at", "-id")
+    return _answers_base().filter(question__user_id=user.pk or 0).order_by("-created_at", "-id")
 
 
 def answer_anchor_prefix(*, answer_id: int) -> str:
@@ -168,8 +167,16 @@ def answer_references(*, answer: Answer, user: AnyUser) -> list[Reference]:
         if first.document_id not in visible:
             # Keep the number so the text's markers still line up, but show nothing of it.
             references.append(
-                Reference(number, first.document_id, "Source no longer available", "", 0.0, "",
-                          anchor, available=False)  # fmt: skip
+                Reference(
+                    number,
+                    first.document_id,
+                    "Source no longer available",
+                    "",
+                    0.0,
+                    "",
+                    anchor,
+                    available=False,
+                )
             )
             continue
         chunks = sorted((m.chunk for m in members if m.chunk), key=lambda c: c.ordinal)

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
-from django.contrib.auth.models import AbstractBaseUser, Group
+from django.contrib.auth.models import Group, User
 from django.db import IntegrityError, transaction
 from django.db.models import Case, IntegerField, Max, Value, When
 from django.utils import timezone
@@ -28,7 +28,7 @@ from .models import (
 from .retrieval import NumberedSource
 from .types import Candidate
 
-TOKEN_PREFIX = "ca_"
+TOKEN_PREFIX = "ca_"  # noqa: S105 (a prefix, not a secret)
 # Writing last_used_at on every request would make every read a write.
 TOKEN_TOUCH_INTERVAL = timedelta(minutes=1)
 
@@ -42,7 +42,7 @@ class CreatedQuestion:
 
 def question_create(
     *,
-    user: AbstractBaseUser,
+    user: User,
     conversation: Conversation | None,
     text: str,
     candidates: Sequence[Candidate],
@@ -154,20 +154,16 @@ def answer_complete(
     return CompletedAnswer(answer=answer, finalized=finalized)
 
 
-def answer_mark_reviewed(
-    *, answer: Answer, reviewer: AbstractBaseUser, reviewed: bool, note: str
-) -> Answer:
+def answer_mark_reviewed(*, answer: Answer, reviewer: User, reviewed: bool, note: str) -> Answer:
     answer.reviewed = reviewed
     answer.review_note = note
-    answer.reviewed_by = reviewer if reviewed else None  # type: ignore[assignment]
+    answer.reviewed_by = reviewer if reviewed else None
     answer.reviewed_at = timezone.now() if reviewed else None
     answer.save(update_fields=["reviewed", "review_note", "reviewed_by", "reviewed_at"])
     return answer
 
 
-def feedback_record(
-    *, answer: Answer, user: AbstractBaseUser, rating: str, comment: str
-) -> Feedback:
+def feedback_record(*, answer: Answer, user: User, rating: str, comment: str) -> Feedback:
     """One feedback per user and answer; giving it again replaces it."""
     if rating not in Feedback.Rating.values:
         raise ValueError(f"rating must be one of {', '.join(Feedback.Rating.values)}")
@@ -181,7 +177,7 @@ def _hash_token(raw: str) -> str:
     return hashlib.sha256(raw.encode()).hexdigest()
 
 
-def api_token_create(*, user: AbstractBaseUser, name: str) -> tuple[ApiToken, str]:
+def api_token_create(*, user: User, name: str) -> tuple[ApiToken, str]:
     """A new token; the raw value is returned once and only its hash is stored."""
     raw = TOKEN_PREFIX + secrets.token_urlsafe(32)
     token = ApiToken.objects.create(
@@ -260,7 +256,9 @@ def document_save(*, document: Document, chunk_size: int) -> Document:
     with transaction.atomic():
         document.save()
         if changed:
-            _document_replace_chunks(document=document, spans=chunk_text(document.body, size=chunk_size))
+            _document_replace_chunks(
+                document=document, spans=chunk_text(document.body, size=chunk_size)
+            )
     return document
 
 

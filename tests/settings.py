@@ -6,7 +6,7 @@ import os
 
 os.environ.setdefault("DJANGO_SECRET_KEY", "insecure-key-for-tests-only")
 
-from config.settings import *  # noqa: E402, F403
+from config.settings import *  # noqa: F403
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 ALLOWED_HOSTS = ["testserver", "localhost", "127.0.0.1"]

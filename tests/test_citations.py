@@ -157,7 +157,9 @@ def test_examples(
 
 def test_number_map_maps_prompt_numbers_to_final_numbers() -> None:
     result = finalize_citations("[3] then [1, 3] then [4]", ["a", "b", "c", "d"])
-    assert result == FinalizedCitations("[1] then [2, 1] then [3]", ["c", "a", "d"], {3: 1, 1: 2, 4: 3}, False)
+    assert result == FinalizedCitations(
+        "[1] then [2, 1] then [3]", ["c", "a", "d"], {3: 1, 1: 2, 4: 3}, False
+    )
 
 
 def test_finalize_drops_out_of_range_markers_it_is_given() -> None:
@@ -307,7 +309,9 @@ def code_spans(draw: st.DrawFn) -> Piece:
     # Double-backtick span with a single backtick inside (never next to the delimiters).
     tail = "".join(draw(st.lists(st.sampled_from(CODE_BITS), min_size=1, max_size=2)))
     inner = content.strip() or "a"
-    return Piece("code", "``" + draw(st.sampled_from(["", " "])) + inner + "`" + tail.strip() + "x``")
+    return Piece(
+        "code", "``" + draw(st.sampled_from(["", " "])) + inner + "`" + tail.strip() + "x``"
+    )
 
 
 @st.composite

@@ -32,7 +32,9 @@ def test_events_come_in_order_references_tokens_done(asker, scripted):
     references = events[0]
     assert references.answer_id == run.answer.pk
     assert [r.index for r in references.references] == list(range(1, len(run.sources) + 1))
-    assert "".join(e.text for e in events if e.type == "token") == "Lambdas are small [1] functions."
+    assert (
+        "".join(e.text for e in events if e.type == "token") == "Lambdas are small [1] functions."
+    )
     done = events[-1]
     assert done.answer.text == "Lambdas are small [1] functions."
     assert [r.document_id for r in done.answer.references] == [run.sources[0].document_id]
@@ -43,9 +45,11 @@ def test_answer_row_exists_before_generation_and_is_finished_after(asker, script
     run = start(user=asker, question="What is a lambda expression?")
     stored = Answer.objects.get(pk=run.answer.pk)
     assert stored.status == Answer.Status.STREAMING
-    assert RetrievedSource.objects.filter(question=stored.question).count() == len(
-        [c for s in run.sources for c in s.candidates]
-    ) + RetrievedSource.objects.filter(question=stored.question, prompt_number=None).count()
+    assert (
+        RetrievedSource.objects.filter(question=stored.question).count()
+        == len([c for s in run.sources for c in s.candidates])
+        + RetrievedSource.objects.filter(question=stored.question, prompt_number=None).count()
+    )
     done = collect(run)[-1]
     stored.refresh_from_db()
     assert stored.status == Answer.Status.COMPLETE
@@ -99,7 +103,9 @@ def test_a_restricted_document_never_reaches_an_outsider(asker, scripted):
         assert "hangar nine" not in body and "helium" not in body
         for title in restricted_titles:
             assert title not in body
-    rows = RetrievedSource.objects.filter(question__answer=run.answer, document__title__in=RESTRICTED)
+    rows = RetrievedSource.objects.filter(
+        question__answer=run.answer, document__title__in=RESTRICTED
+    )
     assert rows.exists() and all(r.dropped_reason == "no_access" for r in rows)
 
 
@@ -198,7 +204,7 @@ def _sources_for(count: int) -> str:
 
 @pytest.mark.parametrize("count", [1, 8, 32])
 def test_query_count_per_answer_does_not_depend_on_the_number_of_sources(
-    asker, scripted, settings, count, request
+    asker, scripted, settings, count
 ):
     settings.ANSWERS = {
         **settings.ANSWERS,
@@ -213,14 +219,7 @@ def test_query_count_per_answer_does_not_depend_on_the_number_of_sources(
     with CaptureQueriesContext(connection) as queries:
         done = ask(user=asker, question=question)
     assert len(done.answer.references) == count
-    cache = request.config.cache
-    counts = cache.get("answers/query_counts", {})
-    counts[str(count)] = len(queries)
-    cache.set("answers/query_counts", counts)
-    # The same statements whatever the count: compare against the 1-source shape.
-    shape = sorted(q["sql"].split(" ", 2)[0] + q["sql"][:40] for q in queries.captured_queries)
     assert len(queries) == _query_count_with_one_source(asker, scripted, settings, question)
-    assert shape
 
 
 def _query_count_with_one_source(asker, scripted, settings, question) -> int:

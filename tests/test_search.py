@@ -55,17 +55,21 @@ def test_off_topic_questions_fall_under_the_default_threshold(question):
 
 def test_stemming_matches_other_word_forms():
     document_ingest(
-        source_key="t:stem", title="Zorbling", body="The zorblers were zorbling happily.",
+        source_key="t:stem",
+        title="Zorbling",
+        body="The zorblers were zorbling happily.",
         chunk_size=1200,
-    )  # fmt: skip
+    )
     assert "Zorbling" in titles("zorbler")
 
 
 def test_index_follows_writes_to_chunks_and_titles():
     result = document_ingest(
-        source_key="t:live", title="Quixotic", body="Flibbertigibbet appears here.",
+        source_key="t:live",
+        title="Quixotic",
+        body="Flibbertigibbet appears here.",
         chunk_size=1200,
-    )  # fmt: skip
+    )
     assert "Quixotic" in titles("flibbertigibbet")
     Document.objects.filter(pk=result.document.pk).update(title="Renamed")
     Document.objects.get(pk=result.document.pk).save()  # the trigger fires on UPDATE OF title
@@ -82,5 +86,10 @@ def test_query_syntax_in_a_question_is_only_text():
 
 def test_query_terms_drop_filler_but_keep_code_keywords():
     assert query_terms("How does the WITH statement work, and is it for loops?") == [
-        "with", "statement", "and", "is", "for", "loops",
-    ]  # fmt: skip
+        "with",
+        "statement",
+        "and",
+        "is",
+        "for",
+        "loops",
+    ]

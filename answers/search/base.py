@@ -22,7 +22,7 @@ STOPWORDS = frozenset(
     explain describe show give there their theirs them they he him his she her hers some
     any very much many also than then just about into onto upon use used using uses work
     works working get gets make makes difference differ differs different between
-    """.split()
+    """.split()  # noqa: SIM905
 )
 # The same split as FTS5's unicode61 tokenizer: letters and digits, everything else separates.
 _TOKEN = re.compile(r"[^\W_]+")

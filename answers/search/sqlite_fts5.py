@@ -63,12 +63,8 @@ class SQLiteFTS5Backend:
             "USING fts5vocab(temp, answers_query_terms, instance)"
         )
         cursor.execute("DELETE FROM temp.answers_query_terms")
-        cursor.execute(
-            "INSERT INTO temp.answers_query_terms(q) VALUES (%s)", [" ".join(terms)]
-        )
-        cursor.execute(
-            "SELECT term FROM temp.answers_query_terms_vocab ORDER BY offset"
-        )
+        cursor.execute("INSERT INTO temp.answers_query_terms(q) VALUES (%s)", [" ".join(terms)])
+        cursor.execute("SELECT term FROM temp.answers_query_terms_vocab ORDER BY offset")
         seen: dict[str, None] = {}
         for (term,) in cursor.fetchall():
             seen.setdefault(term, None)

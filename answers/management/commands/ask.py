@@ -60,7 +60,9 @@ class Command(BaseCommand):
                     self.stdout.write("With citations finalized:\n" + answer.text + "\n")
                 self.stdout.write("Sources:")
                 for ref in answer.references:
-                    self.stdout.write(f"  [{ref.index}] {ref.title} ({ref.url}) score {ref.score:.2f}")
+                    self.stdout.write(
+                        f"  [{ref.index}] {ref.title} ({ref.url}) score {ref.score:.2f}"
+                    )
                 if not answer.references:
                     self.stdout.write("  (none)")
                 self.stdout.write(f"Conversation: {answer.conversation_id}")

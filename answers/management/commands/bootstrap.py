@@ -24,9 +24,10 @@ class Command(BaseCommand):
             call_command("ingest", python_docs=True, stdout=self.stdout, stderr=self.stderr)
         User = get_user_model()
         username = options["username"]
-        if User.objects.filter(is_staff=True, is_active=True).exists() or User.objects.filter(
-            **{User.USERNAME_FIELD: username}
-        ).exists():
+        if (
+            User.objects.filter(is_staff=True, is_active=True).exists()
+            or User.objects.filter(**{User.USERNAME_FIELD: username}).exists()
+        ):
             self.stdout.write("A staff login exists already.")
             return
         password = secrets.token_urlsafe(12)

@@ -25,5 +25,7 @@ class Command(BaseCommand):
             raise CommandError(f"User {options['username']!r} is inactive.")
         name = options["name"].strip()[:100] or "cli"
         token, raw = services.api_token_create(user=user, name=name)
-        self.stderr.write(f"Created token {token.prefix}… for {user.get_username()}. It is shown once:")
+        self.stderr.write(
+            f"Created token {token.prefix}… for {user.get_username()}. It is shown once:"
+        )
         self.stdout.write(raw)

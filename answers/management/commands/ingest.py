@@ -62,7 +62,9 @@ class Command(BaseCommand):
             items += [(f"python-docs:{topic}", topic) for topic, _ in python_doc_topics()]
         items += [(str(path.resolve()), path) for path in iter_source_files(paths)]
         if not items:
-            raise CommandError("No supported files found (.md .markdown .txt .rst .html .htm .pdf).")
+            raise CommandError(
+                "No supported files found (.md .markdown .txt .rst .html .htm .pdf)."
+            )
 
         docs = dict(python_doc_topics()) if options["python_docs"] else {}
         counts = {"created": 0, "updated": 0, "unchanged": 0, "failed": 0}

@@ -1,0 +1,40 @@
+from __future__ import annotations
+
+import pytest
+
+from answers.checks import check_answers_settings
+
+
+def ids(settings_value, settings):  # type: ignore[no-untyped-def]
+    settings.ANSWERS = settings_value
+    return sorted(e.id for e in check_answers_settings())
+
+
+def test_defaults_pass(settings):
+    assert ids({}, settings) == []
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ({"NOPE": 1}, "answers.E002"),
+        ({"SCORE_THRESHOLD": "high"}, "answers.E003"),
+        ({"SCORE_THRESHOLD": 1.5}, "answers.E004"),
+        ({"MAX_SOURCES": 0}, "answers.E004"),
+        ({"MAX_SOURCES": True}, "answers.E003"),
+        ({"NO_ANSWER_MESSAGE": "  "}, "answers.E005"),
+        ({"PROVIDER": "no.such.Provider"}, "answers.E006"),
+        ({"SEARCH_BACKEND": "answers.nothing.Backend"}, "answers.E006"),
+    ],
+)
+def test_bad_values_are_reported(settings, value, expected):
+    assert expected in ids(value, settings)
+
+
+def test_settings_are_reread_when_changed(settings):
+    from answers.conf import answers_settings
+
+    settings.ANSWERS = {"MAX_SOURCES": 3}
+    assert answers_settings.MAX_SOURCES == 3
+    settings.ANSWERS = {}
+    assert answers_settings.MAX_SOURCES == 6

