@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Iterable
 from typing import Any
@@ -131,9 +132,13 @@ def answer_anchor_prefix(*, answer_id: int) -> str:
     return f"answer-{answer_id}-source"
 
 
+# Heading underlines and rules (reST, Markdown) are layout, not content.
+_RULE_LINE = re.compile(r"(?m)^\s*([*=\-~^#+_])\1{2,}\s*$")
+
+
 def excerpt_of(texts: Iterable[str]) -> str:
     limit = int(answers_settings.EXCERPT_CHARS)
-    excerpt = " … ".join(" ".join(text.split()) for text in texts)
+    excerpt = " … ".join(" ".join(_RULE_LINE.sub("", text).split()) for text in texts)
     if len(excerpt) > limit:
         excerpt = excerpt[:limit].rsplit(" ", 1)[0] + " …"
     return excerpt

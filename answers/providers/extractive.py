@@ -86,7 +86,12 @@ class ExtractiveProvider:
 
     @staticmethod
     def _choose(candidates: list[_Candidate], count: int) -> list[_Candidate]:
-        ranked = sorted(candidates, key=lambda c: (-c.score, c.number, c.position))
+        ranked, seen_sentences = [], set()
+        # Documents often repeat each other; quoting the same sentence twice reads badly.
+        for candidate in sorted(candidates, key=lambda c: (-c.score, c.number, c.position)):
+            if candidate.sentence not in seen_sentences:
+                seen_sentences.add(candidate.sentence)
+                ranked.append(candidate)
         chosen: list[_Candidate] = []
         used_sources: set[int] = set()
         floor = ranked[0].score / 2 if ranked else 0.0
