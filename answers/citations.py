@@ -178,3 +178,136 @@ def finalize_citations(text: str, sources: Sequence[T]) -> FinalizedCitations[T]
     final_text = rewrite_markers(text, replace)
     final_sources = [sources[old - 1] for old in order]
     return FinalizedCitations(final_text, final_sources, number_map, fallback=False)
+
+
+# --- Streaming -------------------------------------------------------------------------
+#
+# While an answer streams, out-of-range markers must not reach the client either, and
+# what the client sees, joined, must equal ``strip_out_of_range_markers(raw)``. A prefix of
+# the raw text is emitted only once nothing that may still arrive can change how it is
+# read: an unfinished ``[1`` may become a marker, a finished ``[1]`` may still become a link
+# ``[1](url)``, a space may be eaten by a dropped marker after it, an open backtick may
+# turn what follows it into code, ``\`` escapes the next character, ``<`` may open an
+# autolink. Those tails are held back until they are settled.
+
+_HOLD_BLANK_LINE = re.compile(r"\n[ \t]*\n")
+
+
+def _settled_length(text: str) -> int:
+    """Length of the prefix of ``text`` whose stripped form can no longer change.
+
+    Holding back too much only delays text; holding back too little would show a marker
+    that the final text drops (or drop one it keeps), so every rule errs on holding.
+    """
+    cut = len(text)
+
+    # Backticks: an unmatched run in the current paragraph may still be closed, and a code
+    # span ending at the very end may still grow into a longer, different run.
+    paragraph_start = 0
+    for match in _HOLD_BLANK_LINE.finditer(text):
+        paragraph_start = match.end()
+    for match in _SCANNER.finditer("\n" + text):
+        start, end = max(match.start() - 1, 0), match.end() - 1
+        if match.start("ticks_literal") != -1 and start >= paragraph_start:
+            cut = min(cut, start)
+            break
+        if match.start("code") != -1 and end == len(text):
+            cut = min(cut, start)
+            break
+        if match.start("fence") != -1 and "\n" not in match.group("fence"):
+            # The opening line is unfinished: a backtick in its info string would unmake it.
+            cut = min(cut, start)
+            break
+
+    # Brackets on the current line: an open "[", an open link destination "](...", or a
+    # complete group at the very end, which "(" or ":" may still make a link or definition.
+    line_start = text.rfind("\n", 0, cut) + 1
+    starts: list[int] = []
+    last_group_start = last_group_end = -1
+    destination_start = -1
+    for index in range(line_start, cut):
+        char = text[index]
+        if destination_start != -1:
+            if char == ")":
+                destination_start = -1
+            continue
+        if char == "[":
+            starts.append(index)
+        elif char == "]" and starts:
+            last_group_start, last_group_end = starts.pop(), index + 1
+        elif char == "(" and index == last_group_end:
+            destination_start = last_group_start
+    if destination_start != -1:
+        cut = min(cut, destination_start)
+    if starts:
+        cut = min(cut, starts[0])
+    if last_group_end != -1 and not text[last_group_end:cut].strip(" \t"):
+        cut = min(cut, last_group_start)
+
+    # "<" with no ">" or space after it may open an autolink.
+    angle = text.rfind("<", line_start, cut)
+    if angle != -1 and not re.search(r"[\s>]", text[angle:cut]):
+        cut = angle
+
+    # An odd run of backslashes escapes whatever comes next.
+    head = text[:cut]
+    if (len(head) - len(head.rstrip("\\"))) % 2:
+        cut -= 1
+
+    # Never cut through a code span, link or marker: its start may read differently alone.
+    # (An open fenced block reads as code either way, so it may be cut.)
+    cut = len(text[:cut].rstrip(" \t"))
+    for match in _SCANNER.finditer("\n" + text):
+        start, end = max(match.start() - 1, 0), match.end() - 1
+        if start >= cut:
+            break
+        if cut < end and match.start("fence") == -1:
+            cut = start
+            break
+    # Spaces and tabs go with a marker dropped right after them.
+    return len(text[:cut].rstrip(" \t"))
+
+
+class MarkerStreamFilter:
+    """Feed raw deltas, get back text that is safe to show: markers in ``1..count`` only.
+
+    Joined, the output equals ``strip_out_of_range_markers(raw, count)``. ``new_citations``
+    lists the numbers cited for the first time by the text emitted so far.
+    """
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self._raw: list[str] = []
+        self._raw_length = 0
+        self._emitted = 0
+        self._cited: dict[int, None] = {}
+
+    @property
+    def raw(self) -> str:
+        return "".join(self._raw)
+
+    def feed(self, delta: str) -> str:
+        self._raw.append(delta)
+        raw = self.raw
+        self._raw = [raw]
+        return self._emit(raw[: _settled_length(raw)])
+
+    def close(self) -> str:
+        return self._emit(self.raw)
+
+    def _emit(self, settled_raw: str) -> str:
+        settled = strip_out_of_range_markers(settled_raw, self.count)
+        if len(settled) <= self._emitted:
+            return ""
+        out = settled[self._emitted :]
+        self._emitted = len(settled)
+        return out
+
+    def take_new_citations(self, emitted_text: str) -> list[int]:
+        """Numbers first cited in the text emitted so far (call after each emission)."""
+        new = []
+        for number in cited_numbers(emitted_text):
+            if number not in self._cited:
+                self._cited[number] = None
+                new.append(number)
+        return new

@@ -14,6 +14,7 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +22,7 @@ from asgiref.sync import sync_to_async
 from django.contrib.auth.models import User
 
 from . import selectors, services
+from .citations import MarkerStreamFilter
 from .conf import answers_settings
 from .models import Answer
 from .prompt import Prompt
@@ -84,6 +86,18 @@ class TokenEvent:
 
 
 @dataclass(frozen=True)
+class CitationEvent:
+    """The streamed text cites source ``number`` (prompt numbering) for the first time."""
+
+    number: int
+    document_id: int
+    type: str = "citation"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"number": self.number, "document_id": self.document_id}
+
+
+@dataclass(frozen=True)
 class DoneEvent:
     answer: AnswerPayload
     number_map: dict[int, int] = field(default_factory=dict)
@@ -105,7 +119,7 @@ class ErrorEvent:
         return {"message": self.message, "answer_id": self.answer_id}
 
 
-Event = ReferencesEvent | TokenEvent | DoneEvent | ErrorEvent
+Event = ReferencesEvent | TokenEvent | CitationEvent | DoneEvent | ErrorEvent
 
 
 def clean_question(text: object) -> str:
@@ -181,14 +195,20 @@ class AnswerRun:
         raw: list[str] = []
         first_token_ms: int | None = None
         outcome = Answer.Status.INTERRUPTED
+        shown = MarkerStreamFilter(len(self.sources))
+        shown_text: list[str] = []
         try:
-            async for delta in get_provider().stream(self.prompt):
-                if not delta:
-                    continue
-                if first_token_ms is None:
-                    first_token_ms = _ms_since(self.started)
-                raw.append(delta)
-                yield TokenEvent(delta)
+            async with aclosing(get_provider().stream(self.prompt)) as deltas:
+                async for delta in deltas:
+                    if not delta:
+                        continue
+                    if first_token_ms is None:
+                        first_token_ms = _ms_since(self.started)
+                    raw.append(delta)
+                    for event in self._shown(shown, shown.feed(delta), shown_text):
+                        yield event
+            for event in self._shown(shown, shown.close(), shown_text):
+                yield event
             outcome = Answer.Status.COMPLETE
         except Exception:
             logger.exception("Provider failed for answer %s", self.answer.pk)
@@ -205,6 +225,18 @@ class AnswerRun:
             yield ErrorEvent(GENERIC_ERROR, answer_id=self.answer.pk)
             return
         yield await self._complete("".join(raw), outcome, first_token_ms)
+
+    def _shown(
+        self, shown: MarkerStreamFilter, text: str, shown_text: list[str]
+    ) -> list[TokenEvent | CitationEvent]:
+        """Token and first-citation events for text that has become safe to show."""
+        if not text:
+            return []
+        shown_text.append(text)
+        events: list[TokenEvent | CitationEvent] = [TokenEvent(text)]
+        for number in shown.take_new_citations("".join(shown_text)):
+            events.append(CitationEvent(number, self.sources[number - 1].document_id))
+        return events
 
     async def _complete(
         self, raw_text: str, status: str, first_token_ms: int | None, error: str = ""

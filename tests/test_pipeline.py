@@ -28,7 +28,10 @@ def test_events_come_in_order_references_tokens_done(asker, scripted):
     run = start(user=asker, question="What is a lambda expression?")
     events = collect(run)
     kinds = [event.type for event in events]
-    assert kinds == ["references", "token", "token", "token", "done"]
+    assert kinds[0] == "references" and kinds[-1] == "done"
+    assert set(kinds[1:-1]) == {"token", "citation"}
+    citation = next(e for e in events if e.type == "citation")
+    assert (citation.number, citation.document_id) == (1, run.sources[0].document_id)
     references = events[0]
     assert references.answer_id == run.answer.pk
     assert [r.index for r in references.references] == list(range(1, len(run.sources) + 1))
@@ -237,3 +240,14 @@ def test_stored_text_only_cites_stored_references(asker, scripted):
     numbers = {n for m in iter_markers(done.answer.text) for n in m.numbers}
     assert numbers == set(range(1, len(done.answer.references) + 1))
     assert done.answer.text == "x [1] y [2] z [1] w"
+
+
+def test_out_of_range_markers_never_reach_the_stream(asker, scripted):
+    scripted.script = ["See [", "9] and [1", "]. More [2", ", 99]", " end [", "42]"]
+    run = start(user=asker, question="How does the try statement handle exceptions?")
+    events = collect(run)
+    streamed = "".join(e.text for e in events if e.type == "token")
+    assert streamed == "See and [1]. More [2] end"
+    assert all("9" not in e.text and "42" not in e.text for e in events if e.type == "token")
+    assert [e.number for e in events if e.type == "citation"] == [1, 2]
+    assert events[-1].answer.text == "See and [1]. More [2] end"
