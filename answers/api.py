@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from django.http import HttpRequest, HttpResponse
-from ninja import Field, NinjaAPI, Query, Schema
+from ninja import Field, NinjaAPI, Query, Schema, Status
 
 from . import pipeline, selectors, services
 from .auth import api_auth
@@ -108,12 +108,11 @@ async def create_answer(request: HttpRequest, payload: AskIn) -> Any:
         conversation_id=payload.conversation_id,
     )
     if isinstance(last, pipeline.ErrorEvent):
-        return 502, {
-            "detail": last.message,
-            "code": "generation_failed",
-            "answer_id": last.answer_id,
-        }
-    return 200, last.answer.as_dict()
+        return Status(
+            502,
+            {"detail": last.message, "code": "generation_failed", "answer_id": last.answer_id},
+        )
+    return last.answer.as_dict()
 
 
 @api.get("/answers", response=AnswerPageOut, summary="List your answers")
@@ -158,7 +157,7 @@ def give_feedback(request: HttpRequest, answer_id: int, payload: FeedbackIn) -> 
     user = request.auth  # type: ignore[attr-defined]
     answer = selectors.answer_get_for_user(answer_id=answer_id, user=user)
     if answer.status == Answer.Status.STREAMING:
-        return 409, {"detail": "The answer is still being generated.", "code": "streaming"}
+        return Status(409, {"detail": "The answer is still being generated.", "code": "streaming"})
     feedback = services.feedback_record(
         answer=answer, user=user, rating=payload.rating, comment=payload.comment
     )

@@ -22,7 +22,17 @@ class BearerTokenAuth(HttpBearer):
 
 
 class ActiveSessionAuth(SessionAuth):
-    """Django's session; ninja checks the CSRF token for it on unsafe methods."""
+    """Django's session; unsafe methods also need the CSRF token.
+
+    The CSRF check runs only when there is a logged-in session: a request with neither a
+    valid token nor a session is unauthenticated (401), not a CSRF failure (403).
+    """
+
+    def __call__(self, request: HttpRequest) -> Any:
+        user = request.user
+        if not (user.is_authenticated and user.is_active):
+            return None
+        return super().__call__(request)
 
     def authenticate(self, request: HttpRequest, key: str | None) -> Any:
         user = request.user

@@ -198,7 +198,7 @@ class AnswerRun:
         shown = MarkerStreamFilter(len(self.sources))
         shown_text: list[str] = []
         try:
-            async with aclosing(get_provider().stream(self.prompt)) as deltas:
+            async with aclosing(get_provider().stream(self.prompt)) as deltas:  # type: ignore[type-var]
                 async for delta in deltas:
                     if not delta:
                         continue
