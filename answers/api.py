@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import uuid
+from collections.abc import AsyncIterator
 from datetime import datetime
 from typing import Any, Literal
 
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from ninja import Field, NinjaAPI, Query, Schema, Status
 
 from . import pipeline, selectors, services
@@ -101,7 +103,23 @@ async def create_answer(request: HttpRequest, payload: AskIn) -> Any:
 
     `references` is the final Sources list: only what the text cites, numbered in
     first-citation order (every source, unnumbered in the text, if it cites nothing).
+
+    With `Accept: text/event-stream` the answer streams as server-sent events:
+    `references` (every retrieved source, prompt numbering), `token` (`text`),
+    `citation` (`number`, `document_id`, the first time a source is cited), then one
+    `done` (this operation's JSON body plus `number_map`) or one `error` (`message`).
+    Refusals (401, 403, 404, 422) come as JSON before any event.
     """
+    if "text/event-stream" in request.headers.get("Accept", ""):
+        run = await pipeline.start_answer(
+            user=request.auth,  # type: ignore[attr-defined]
+            question=payload.question,
+            conversation_id=payload.conversation_id,
+        )
+        response = StreamingHttpResponse(_server_sent_events(run), content_type="text/event-stream")
+        response["Cache-Control"] = "no-store, no-cache"
+        response["X-Accel-Buffering"] = "no"  # nginx and friends: do not buffer the stream
+        return response
     last = await pipeline.answer_question(
         user=request.auth,  # type: ignore[attr-defined]
         question=payload.question,
@@ -113,6 +131,14 @@ async def create_answer(request: HttpRequest, payload: AskIn) -> Any:
             {"detail": last.message, "code": "generation_failed", "answer_id": last.answer_id},
         )
     return last.answer.as_dict()
+
+
+async def _server_sent_events(run: pipeline.AnswerRun) -> AsyncIterator[str]:
+    sequence = 0
+    async for event in run.events():
+        data = json.dumps(event.as_dict(), separators=(",", ":"))
+        yield f"id: {sequence}\nevent: {event.type}\ndata: {data}\n\n"
+        sequence += 1
 
 
 @api.get("/answers", response=AnswerPageOut, summary="List your answers")

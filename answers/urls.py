@@ -7,5 +7,8 @@ from . import views
 app_name = "answers"
 
 urlpatterns = [
+    path("", views.ask, name="ask"),
+    path("answers/", views.answer_list, name="answer-list"),
+    path("answers/<int:answer_id>/", views.answer_detail, name="answer"),
     path("documents/<int:document_id>/", views.document_detail, name="document"),
 ]

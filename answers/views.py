@@ -3,10 +3,46 @@
 from __future__ import annotations
 
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 
 from . import selectors
+from .conf import answers_settings
+
+
+@login_required
+def ask(request: HttpRequest) -> HttpResponse:
+    if not selectors.user_can_ask(user=request.user):
+        raise PermissionDenied("You do not have permission to ask questions.")
+    return render(
+        request,
+        "answers/ask.html",
+        {"max_question_length": int(answers_settings.MAX_QUESTION_LENGTH)},
+    )
+
+
+@login_required
+def answer_list(request: HttpRequest) -> HttpResponse:
+    paginator = Paginator(selectors.answer_list_for_user(user=request.user), 25)
+    page = paginator.get_page(request.GET.get("page"))
+    return render(request, "answers/answer_list.html", {"page_obj": page})
+
+
+@login_required
+def answer_detail(request: HttpRequest, answer_id: int) -> HttpResponse:
+    try:
+        answer = selectors.answer_get_for_user(answer_id=answer_id, user=request.user)
+    except selectors.NotFound:
+        raise Http404("No such answer.") from None
+    # Rendered from the store, with each source's access re-checked for this viewer.
+    payload = selectors.answer_payload(answer=answer, user=request.user)
+    return render(
+        request,
+        "answers/answer_detail.html",
+        {"answer": payload, "question": answer.question.text},
+    )
 
 
 @login_required
