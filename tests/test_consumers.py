@@ -1,0 +1,221 @@
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+
+import pytest
+from bs4 import BeautifulSoup
+from channels.db import database_sync_to_async
+from channels.testing import WebsocketCommunicator
+
+from answers.models import Answer
+from config.asgi import application
+from tests.corpus import RESTRICTED
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+ORIGIN = (b"origin", b"http://testserver")
+
+
+async def communicator(user=None, *, origin=ORIGIN, host=b"testserver"):
+    headers = [(b"host", host)]
+    if origin is not None:
+        headers.append(origin)
+    comm = WebsocketCommunicator(application, "/ws/answers/", headers=headers)
+    if user is not None:
+        comm.scope["user"] = user  # what AuthMiddlewareStack would resolve from the cookie
+    return comm
+
+
+async def logged_in(client, user):
+    await database_sync_to_async(client.force_login)(user)
+    cookie = client.cookies["sessionid"].value
+    headers = [(b"host", b"testserver"), ORIGIN, (b"cookie", f"sessionid={cookie}".encode())]
+    return WebsocketCommunicator(application, "/ws/answers/", headers=headers)
+
+
+async def receive_until_final(comm, timeout=5):
+    messages = []
+    while True:
+        message = await comm.receive_json_from(timeout=timeout)
+        messages.append(message)
+        if message["type"] in ("done", "error"):
+            return messages
+
+
+async def test_events_arrive_in_order_with_server_rendered_panels(corpus, asker, client):
+    comm = await logged_in(client, asker)
+    connected, _ = await comm.connect()
+    assert connected
+    await comm.send_json_to({"type": "ask", "question": "What is a lambda expression?"})
+    messages = await receive_until_final(comm)
+    kinds = [m["type"] for m in messages]
+    assert kinds[0] == "references" and kinds[-1] == "done"
+    assert set(kinds[1:-1]) <= {"token", "citation"} and "token" in kinds
+    references = messages[0]
+    panel = BeautifulSoup(references["sources_html"], "html.parser")
+    assert panel.select_one("[data-sources-panel]")["data-state"] == "provisional"
+    assert [int(li["data-number"]) for li in panel.select("li.source")] == [
+        r["index"] for r in references["references"]
+    ]
+    done = messages[-1]
+    final = BeautifulSoup(done["sources_html"], "html.parser")
+    assert final.select_one("[data-sources-panel]")["data-state"] == "final"
+    ids = {li["id"] for li in final.select("li.source")}
+    assert [li.select_one(".source-title").get_text() for li in final.select("li.source")] == [
+        r["title"] for r in done["references"]
+    ]
+    html = BeautifulSoup(done["html"], "html.parser")
+    links = [a["href"] for a in html.select("a.citation")]
+    assert links and all(href[1:] in ids for href in links)
+    streamed = "".join(m["text"] for m in messages if m["type"] == "token")
+    stored = await Answer.objects.aget(pk=done["answer_id"])
+    assert stored.status == "complete" and stored.raw_text == streamed
+    await comm.disconnect()
+
+
+async def test_stop_cancels_generation_and_stores_the_partial_answer(corpus, asker, settings):
+    settings.ANSWERS = {**settings.ANSWERS, "EXTRACTIVE_DELAY": 0.2}
+    comm = await communicator(asker)
+    assert (await comm.connect())[0]
+    await comm.send_json_to({"type": "ask", "question": "What is a lambda expression?"})
+    first = await comm.receive_json_from(timeout=5)
+    assert first["type"] == "references"
+    token = await comm.receive_json_from(timeout=5)
+    assert token["type"] in ("token", "citation")
+    await comm.send_json_to({"type": "stop"})
+    messages = await receive_until_final(comm)
+    assert messages[-1]["type"] == "done" and messages[-1]["status"] == "interrupted"
+    stored = await Answer.objects.aget(pk=first["answer_id"])
+    assert stored.status == "interrupted" and stored.raw_text
+    assert stored.final_text == messages[-1]["text"]
+    # The socket stays usable.
+    await comm.send_json_to({"type": "ask", "question": "What is a lambda expression?"})
+    assert (await comm.receive_json_from(timeout=5))["type"] == "references"
+    await comm.disconnect()
+
+
+async def test_disconnect_cancels_generation_and_stores_the_partial_answer(corpus, asker, settings):
+    settings.ANSWERS = {**settings.ANSWERS, "EXTRACTIVE_DELAY": 0.2}
+    comm = await communicator(asker)
+    assert (await comm.connect())[0]
+    await comm.send_json_to({"type": "ask", "question": "What is a lambda expression?"})
+    first = await comm.receive_json_from(timeout=5)
+    await comm.receive_json_from(timeout=5)
+    await comm.disconnect()
+    for _ in range(50):
+        stored = await Answer.objects.aget(pk=first["answer_id"])
+        if stored.status != "streaming":
+            break
+        await asyncio.sleep(0.05)
+    assert stored.status == "interrupted"
+
+
+async def test_a_second_ask_while_streaming_gets_a_clear_error(corpus, asker, settings):
+    settings.ANSWERS = {**settings.ANSWERS, "EXTRACTIVE_DELAY": 0.2}
+    comm = await communicator(asker)
+    assert (await comm.connect())[0]
+    await comm.send_json_to({"type": "ask", "question": "What is a lambda expression?"})
+    assert (await comm.receive_json_from(timeout=5))["type"] == "references"
+    await comm.send_json_to({"type": "ask", "question": "Another?"})
+    seen = []
+    while True:
+        message = await comm.receive_json_from(timeout=5)
+        seen.append(message)
+        if message["type"] == "error":
+            break
+    assert seen[-1]["code"] == "busy"
+    await comm.send_json_to({"type": "stop"})
+    await receive_until_final(comm)
+    await comm.disconnect()
+
+
+async def test_anonymous_users_are_refused(corpus):
+    from django.contrib.auth.models import AnonymousUser
+
+    comm = await communicator(AnonymousUser())
+    connected, _ = await comm.connect()
+    assert not connected
+
+
+async def test_users_without_the_ask_permission_are_refused(corpus, no_ask_user):
+    comm = await communicator(no_ask_user)
+    connected, _ = await comm.connect()
+    assert not connected
+
+
+@pytest.mark.parametrize("origin", [(b"origin", b"https://evil.example"), None])
+async def test_foreign_or_missing_origins_are_refused(corpus, asker, client, origin):
+    await database_sync_to_async(client.force_login)(asker)
+    cookie = client.cookies["sessionid"].value
+    headers = [(b"host", b"testserver"), (b"cookie", f"sessionid={cookie}".encode())]
+    if origin:
+        headers.append(origin)
+    comm = WebsocketCommunicator(application, "/ws/answers/", headers=headers)
+    connected, _ = await comm.connect()
+    assert not connected
+
+
+async def test_a_restricted_document_never_appears_for_an_outsider(corpus, asker):
+    comm = await communicator(asker)
+    assert (await comm.connect())[0]
+    await comm.send_json_to({"type": "ask", "question": "Nightjar zeppelin launch hangar"})
+    messages = await receive_until_final(comm)
+    blob = json.dumps(messages)
+    for title in RESTRICTED:
+        assert title not in blob
+    assert "helium" not in blob and "hangar nine" not in blob
+    await comm.disconnect()
+
+
+@pytest.mark.parametrize(
+    ("frame", "code"),
+    [
+        ("{not json", "bad_message"),
+        ("[1, 2]", "bad_message"),
+        ('{"type": "dance"}', "bad_message"),
+        ('{"type": "ask", "question": ""}', "invalid_question"),
+        ('{"type": "ask", "question": 5}', "invalid_question"),
+        ('{"type": "ask", "question": "q", "conversation_id": "nope"}', "invalid"),
+        (
+            json.dumps({"type": "ask", "question": "q", "conversation_id": str(uuid.uuid4())}),
+            "not_found",
+        ),
+        ('{"type": "stop"}', "idle"),
+        (json.dumps({"type": "ask", "question": "x" * 20000}), "too_large"),
+    ],
+)
+async def test_bad_messages_get_an_error_and_the_socket_survives(corpus, asker, frame, code):
+    comm = await communicator(asker)
+    assert (await comm.connect())[0]
+    await comm.send_to(text_data=frame)
+    error = await comm.receive_json_from(timeout=5)
+    assert error["type"] == "error" and error["code"] == code and error["message"]
+    await comm.send_json_to({"type": "ask", "question": "What is a lambda expression?"})
+    assert (await receive_until_final(comm))[-1]["type"] == "done"
+    await comm.disconnect()
+
+
+async def test_binary_frames_are_refused_politely(corpus, asker):
+    comm = await communicator(asker)
+    assert (await comm.connect())[0]
+    await comm.send_to(bytes_data=b"\x00\x01")
+    assert (await comm.receive_json_from(timeout=5))["code"] == "bad_message"
+    await comm.disconnect()
+
+
+async def test_follow_up_continues_the_conversation(corpus, asker):
+    comm = await communicator(asker)
+    assert (await comm.connect())[0]
+    await comm.send_json_to({"type": "ask", "question": "What is a lambda expression?"})
+    first = await receive_until_final(comm)
+    conversation = first[0]["conversation_id"]
+    await comm.send_json_to(
+        {"type": "ask", "question": "and how does it differ from a def function?",
+         "conversation_id": conversation}
+    )  # fmt: skip
+    second = await receive_until_final(comm)
+    assert second[0]["turn"] == 2 and second[0]["conversation_id"] == conversation
+    assert second[0]["answer_id"] != first[0]["answer_id"]
+    await comm.disconnect()
