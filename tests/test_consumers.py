@@ -219,3 +219,17 @@ async def test_follow_up_continues_the_conversation(corpus, asker):
     assert second[0]["turn"] == 2 and second[0]["conversation_id"] == conversation
     assert second[0]["answer_id"] != first[0]["answer_id"]
     await comm.disconnect()
+
+
+async def test_the_socket_and_the_json_path_give_the_same_done(corpus, asker):
+    from answers.pipeline import answer_question
+
+    comm = await communicator(asker)
+    assert (await comm.connect())[0]
+    await comm.send_json_to({"type": "ask", "question": "How do generators work?"})
+    done = (await receive_until_final(comm))[-1]
+    await comm.disconnect()
+    json_done = (await answer_question(user=asker, question="How do generators work?")).as_dict()
+    for key in ("status", "text", "references"):
+        assert done[key] == json_done[key]
+    assert done["number_map"] == json_done["number_map"]
