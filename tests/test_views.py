@@ -1,0 +1,98 @@
+from __future__ import annotations
+
+import pytest
+from asgiref.sync import async_to_sync
+from bs4 import BeautifulSoup
+
+from answers import pipeline
+from answers.models import Document
+from tests.corpus import RESTRICTED
+
+pytestmark = pytest.mark.django_db
+
+ask = async_to_sync(pipeline.answer_question)
+
+
+def test_the_ask_page_needs_a_login(client):
+    response = client.get("/")
+    assert response.status_code == 302 and response["Location"].startswith("/accounts/login/")
+
+
+def test_the_ask_page_needs_the_ask_permission(client, no_ask_user):
+    client.force_login(no_ask_user)
+    assert client.get("/").status_code == 403
+
+
+def test_the_ask_page_has_a_labelled_question_box_and_a_live_answer_template(client, asker):
+    client.force_login(asker)
+    soup = BeautifulSoup(client.get("/").content, "html.parser")
+    textarea = soup.find("textarea", id="question")
+    assert soup.find("label", attrs={"for": "question"}) and textarea.has_attr("required")
+    template = soup.find("template")
+    assert "aria-live" in str(template) and 'data-answer-state="streaming"' in str(template)
+    assert soup.find("script", src=True)["src"].endswith("answers/answers.js")
+    assert soup.find("input", attrs={"name": "csrfmiddlewaretoken"})
+
+
+def test_a_stored_answer_renders_with_the_same_panel_and_working_citation_links(
+    client, asker, scripted
+):
+    scripted.script = ["Try handles errors [2] and also [1]."]
+    done = ask(user=asker, question="How does the try statement handle exceptions?")
+    client.force_login(asker)
+    soup = BeautifulSoup(client.get(f"/answers/{done.answer.answer_id}/").content, "html.parser")
+    panel = soup.select_one("[data-sources-panel]")
+    assert panel["data-state"] == "final"
+    ids = [li["id"] for li in panel.select("li.source")]
+    assert ids == [f"answer-{done.answer.answer_id}-source-{n}" for n in (1, 2)]
+    assert [a["href"][1:] for a in soup.select("[data-answer] a.citation")] == ids
+    titles = [a.get_text() for a in panel.select(".source-title")]
+    assert titles == [r.title for r in done.answer.references]
+
+
+def test_someone_elses_answer_page_is_not_found(client, asker, other_asker, scripted):
+    done = ask(user=asker, question="What is a lambda expression?")
+    client.force_login(other_asker)
+    assert client.get(f"/answers/{done.answer.answer_id}/").status_code == 404
+
+
+def test_the_answer_list_shows_only_my_answers(client, asker, other_asker, scripted):
+    ask(user=asker, question="What is a lambda expression?")
+    ask(user=other_asker, question="What does the global statement do?")
+    client.force_login(asker)
+    text = client.get("/answers/").content.decode()
+    assert "lambda expression" in text and "global statement" not in text
+
+
+def test_a_stored_answer_rechecks_access_for_the_viewer(client, member, scripted):
+    scripted.script = ["Launch plan [1]."]
+    done = ask(user=member, question="Nightjar zeppelin launch hangar")
+    restricted = [r for r in done.answer.references if r.title in RESTRICTED]
+    assert restricted
+    member.groups.clear()  # removed from the group since
+    client.force_login(member)
+    html = client.get(f"/answers/{done.answer.answer_id}/").content.decode()
+    assert restricted[0].title not in html and "Source no longer available" in html
+
+
+def test_document_page_has_chunk_anchors_and_checks_access(client, asker, member):
+    client.force_login(asker)
+    lam = Document.objects.get(title="lambda")
+    soup = BeautifulSoup(client.get(f"/documents/{lam.pk}/").content, "html.parser")
+    assert soup.find(id="chunk-0")
+    secret = Document.objects.get(title__in=RESTRICTED, title__startswith="Project")
+    assert client.get(f"/documents/{secret.pk}/").status_code == 404
+    client.force_login(member)
+    assert client.get(f"/documents/{secret.pk}/").status_code == 200
+
+
+def test_hostile_titles_and_urls_are_escaped_and_neutralized_in_the_panel():
+    from answers.panels import FINAL, render_sources_panel
+    from answers.types import Reference
+
+    hostile = Reference(1, 1, '"><script>alert(1)</script>', "javascript:alert(1)", 0.5,
+                        "<img src=x onerror=alert(2)>", "answer-1-source-1")  # fmt: skip
+    html = render_sources_panel(references=[hostile], answer_id=1, state=FINAL)
+    soup = BeautifulSoup(html, "html.parser")
+    assert soup.find("script") is None and soup.find("img") is None
+    assert soup.select_one(".source-title")["href"] == "#"
