@@ -22,6 +22,15 @@ _NUMBERS: dict[str, tuple[type, float, float | None]] = {
     "EXCERPT_CHARS": (int, 20, None),
     "EXTRACTIVE_DELAY": (float, 0.0, 10.0),
     "EXTRACTIVE_SENTENCES": (int, 1, 20),
+    "FIRST_TOKEN_TIMEOUT": (float, 0.01, 3600),
+    "IDLE_TIMEOUT": (float, 0.01, 3600),
+    "TOTAL_TIMEOUT": (float, 0.01, 86400),
+    "MAX_EMPTY_DELTAS": (int, 1, None),
+    "MAX_ANSWER_CHARS": (int, 1, None),
+    "PROVIDER_RETRIES": (int, 0, 10),
+    "RETRY_BACKOFF": (float, 0.0, 60),
+    "MAX_CONCURRENT_STREAMS": (int, 1, 1000),
+    "QUESTIONS_PER_MINUTE": (int, 1, 100_000),
 }
 
 
@@ -73,4 +82,39 @@ def check_answers_settings(app_configs: Any = None, **kwargs: Any) -> list[Check
                     id="answers.E006",
                 )
             )
+    if answers_settings.provider_path() == "answers.providers.openai.OpenAIProvider":
+        errors += _check_openai()
+    return errors
+
+
+def _check_openai() -> list[CheckMessage]:
+    from .providers.openai import openai_api_key, openai_base_url
+
+    errors: list[CheckMessage] = []
+    try:
+        import openai  # noqa: F401
+    except ImportError:
+        errors.append(
+            Error(
+                "ANSWERS['PROVIDER'] is 'openai' but the openai package is not installed.",
+                hint='pip install ".[openai]"',
+                id="answers.E010",
+            )
+        )
+    if not str(answers_settings.MODEL).strip():
+        errors.append(
+            Error(
+                "The openai provider needs a model name.",
+                hint="Set ANSWERS_MODEL (or ANSWERS['MODEL']), e.g. gpt-4o-mini or llama3.1.",
+                id="answers.E011",
+            )
+        )
+    if not openai_base_url() and not openai_api_key():
+        errors.append(
+            Error(
+                "The openai provider talks to api.openai.com but no API key is set.",
+                hint="Set OPENAI_API_KEY, or OPENAI_BASE_URL for a server of your own.",
+                id="answers.E012",
+            )
+        )
     return errors

@@ -49,10 +49,27 @@ DEFAULTS: dict[str, Any] = {
     "EXTRACTIVE_DELAY": 0.0,
     # Sentences the extractive provider puts in an answer.
     "EXTRACTIVE_SENTENCES": 3,
+    # OpenAI-compatible provider: server URL ("" = api.openai.com) and key; the
+    # environment's OPENAI_BASE_URL / OPENAI_API_KEY are used when these are empty.
+    "OPENAI_BASE_URL": "",
+    "OPENAI_API_KEY": "",
+    # Stream guards (seconds / counts): each ends the answer as failed, partial text kept.
+    "FIRST_TOKEN_TIMEOUT": 30.0,
+    "IDLE_TIMEOUT": 20.0,
+    "TOTAL_TIMEOUT": 180.0,
+    "MAX_EMPTY_DELTAS": 500,
+    "MAX_ANSWER_CHARS": 20000,
+    # Retries of retryable provider failures before the first token, with backoff.
+    "PROVIDER_RETRIES": 2,
+    "RETRY_BACKOFF": 0.5,
+    # Abuse limits, per user: answers being generated at once, and questions a minute.
+    "MAX_CONCURRENT_STREAMS": 2,
+    "QUESTIONS_PER_MINUTE": 20,
 }
 
 _PROVIDER_ALIASES = {
     "extractive": "answers.providers.extractive.ExtractiveProvider",
+    "openai": "answers.providers.openai.OpenAIProvider",
 }
 
 

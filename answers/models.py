@@ -154,6 +154,8 @@ class Answer(models.Model):
     retrieval_ms = models.PositiveIntegerField(null=True, blank=True)
     first_token_ms = models.PositiveIntegerField(null=True, blank=True)
     total_ms = models.PositiveIntegerField(null=True, blank=True)
+    prompt_tokens = models.PositiveIntegerField(null=True, blank=True)
+    completion_tokens = models.PositiveIntegerField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     completed_at = models.DateTimeField(null=True, blank=True)
     reviewed = models.BooleanField(default=False)

@@ -24,8 +24,10 @@ from django.contrib.auth.models import User
 from . import selectors, services
 from .citations import MarkerStreamFilter
 from .conf import answers_settings
+from .guards import GuardTripped, StreamLimits, guarded_stream
 from .models import Answer
 from .prompt import Prompt
+from .providers.base import ProviderError, Usage
 from .registry import get_provider
 from .rendering import render_answer_html
 from .retrieval import NumberedSource, search_hits, select_sources
@@ -57,6 +59,10 @@ class AskForbidden(AskRefused):
 
 class ConversationNotFound(AskRefused):
     status, code = 404, "not_found"
+
+
+class TooManyRequests(AskRefused):
+    status, code = 429, "rate_limited"
 
 
 @dataclass(frozen=True)
@@ -136,6 +142,13 @@ def clean_question(text: object) -> str:
     return cleaned
 
 
+def _failure_reason(exc: BaseException) -> str:
+    """For the admin: what went wrong, without a stack trace (that is in the log)."""
+    if isinstance(exc, GuardTripped | ProviderError):
+        return f"{type(exc).__name__}: {exc}"[:500]
+    return f"unexpected {type(exc).__name__}"
+
+
 def _ms_since(start: float) -> int:
     return int((time.perf_counter() - start) * 1000)
 
@@ -197,10 +210,15 @@ class AnswerRun:
         outcome = Answer.Status.INTERRUPTED
         shown = MarkerStreamFilter(len(self.sources))
         shown_text: list[str] = []
+        usage: Usage | None = None
+        reason = "stopped by the client"
+        provider = get_provider()
+        deltas = guarded_stream(lambda: provider.stream(self.prompt), StreamLimits.from_settings())
         try:
-            async with aclosing(get_provider().stream(self.prompt)) as deltas:  # type: ignore[type-var]
+            async with aclosing(deltas):  # type: ignore[type-var]
                 async for delta in deltas:
-                    if not delta:
+                    if isinstance(delta, Usage):
+                        usage = delta
                         continue
                     if first_token_ms is None:
                         first_token_ms = _ms_since(self.started)
@@ -210,21 +228,22 @@ class AnswerRun:
             for event in self._shown(shown, shown.close(), shown_text):
                 yield event
             outcome = Answer.Status.COMPLETE
-        except Exception:
-            logger.exception("Provider failed for answer %s", self.answer.pk)
+        except Exception as exc:
+            # Any provider failure, guard or bug ends this answer only; never the server.
+            logger.exception("Generation failed for answer %s", self.answer.pk)
             outcome = Answer.Status.FAILED
+            reason = _failure_reason(exc)
         finally:
             if outcome != Answer.Status.COMPLETE:
                 # Stopped, disconnected or failed: keep what was generated, with consistent
                 # references, whatever happens to the caller.
-                reason = "stopped by the client" if outcome == "interrupted" else "provider error"
                 await asyncio.shield(
-                    self._complete("".join(raw), outcome, first_token_ms, error=reason)
+                    self._complete("".join(raw), outcome, first_token_ms, reason, usage)
                 )
         if outcome == Answer.Status.FAILED:
             yield ErrorEvent(GENERIC_ERROR, answer_id=self.answer.pk)
             return
-        yield await self._complete("".join(raw), outcome, first_token_ms)
+        yield await self._complete("".join(raw), outcome, first_token_ms, usage=usage)
 
     def _shown(
         self, shown: MarkerStreamFilter, text: str, shown_text: list[str]
@@ -239,7 +258,12 @@ class AnswerRun:
         return events
 
     async def _complete(
-        self, raw_text: str, status: str, first_token_ms: int | None, error: str = ""
+        self,
+        raw_text: str,
+        status: str,
+        first_token_ms: int | None,
+        error: str = "",
+        usage: Usage | None = None,
     ) -> DoneEvent:
         completed = await sync_to_async(services.answer_complete)(
             answer=self.answer,
@@ -249,6 +273,7 @@ class AnswerRun:
             error=error,
             first_token_ms=first_token_ms,
             total_ms=_ms_since(self.started),
+            usage=usage,
         )
         finalized = completed.finalized
         references = self.references(finalized.sources)
@@ -273,6 +298,11 @@ def _prepare(*, user: User, question: str, conversation_id: uuid.UUID | None) ->
     started = time.perf_counter()
     if not selectors.user_can_ask(user=user):
         raise AskForbidden("You do not have permission to ask questions.")
+    try:
+        # Before any retrieval work, so a flood costs two counting queries each.
+        services.question_check_limits(user=user)
+    except services.LimitExceeded as exc:
+        raise TooManyRequests(str(exc)) from None
     conversation = None
     history = []
     previous_question = None

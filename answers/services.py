@@ -14,6 +14,7 @@ from django.db.models import Case, IntegerField, Max, Value, When
 from django.utils import timezone
 
 from .citations import FinalizedCitations, finalize_citations, strip_out_of_range_markers
+from .conf import answers_settings
 from .ingestion import ChunkSpan, chunk_text, content_hash
 from .models import (
     Answer,
@@ -25,12 +26,36 @@ from .models import (
     Question,
     RetrievedSource,
 )
+from .providers.base import Usage
 from .retrieval import NumberedSource
 from .types import Candidate
 
 TOKEN_PREFIX = "ca_"  # noqa: S105 (a prefix, not a secret)
 # Writing last_used_at on every request would make every read a write.
 TOKEN_TOUCH_INTERVAL = timedelta(minutes=1)
+
+
+class LimitExceeded(Exception):
+    """A per-user abuse limit; the message is safe to show the user."""
+
+
+def question_check_limits(*, user: User) -> None:
+    """Per-user limits, counted in the database so every process agrees."""
+    now = timezone.now()
+    recent = Question.objects.filter(user=user, created_at__gte=now - timedelta(minutes=1))
+    per_minute = int(answers_settings.QUESTIONS_PER_MINUTE)
+    if recent.count() >= per_minute:
+        raise LimitExceeded(f"Too many questions: at most {per_minute} a minute. Try again soon.")
+    # A stream older than the total timeout is dead (its process died), not running.
+    cutoff = now - timedelta(seconds=float(answers_settings.TOTAL_TIMEOUT) + 60)
+    streaming = Answer.objects.filter(
+        question__user=user, status=Answer.Status.STREAMING, created_at__gte=cutoff
+    )
+    concurrent = int(answers_settings.MAX_CONCURRENT_STREAMS)
+    if streaming.count() >= concurrent:
+        raise LimitExceeded(
+            f"Too many answers at once: at most {concurrent}. Wait for one to finish."
+        )
 
 
 @dataclass(frozen=True)
@@ -109,6 +134,7 @@ def answer_complete(
     error: str = "",
     first_token_ms: int | None,
     total_ms: int,
+    usage: Usage | None = None,
 ) -> CompletedAnswer:
     """Finalize citations on ``raw_text`` (strip first, ADR 0011) and store the outcome."""
     stripped = strip_out_of_range_markers(raw_text, len(sources))
@@ -128,6 +154,8 @@ def answer_complete(
             first_token_ms=first_token_ms,
             total_ms=total_ms,
             completed_at=now,
+            prompt_tokens=usage.prompt_tokens if usage else None,
+            completion_tokens=usage.completion_tokens if usage else None,
         )
         # One UPDATE whatever the number of sources.
         RetrievedSource.objects.filter(

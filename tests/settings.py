@@ -17,4 +17,10 @@ STORAGES = {
 }
 WHITENOISE_USE_FINDERS = True
 WHITENOISE_AUTOREFRESH = True
-STATIC_ROOT = None  # whitenoise serves from the finders in tests
+STATIC_ROOT = None  # type: ignore[assignment]  # whitenoise serves from the finders in tests
+# A file (not memory) so a live daphne process can share it; overridable so that two test
+# runs on one machine do not collide.
+if DATABASES["default"]["ENGINE"].endswith("sqlite3"):  # noqa: F405
+    DATABASES["default"].setdefault("TEST", {})["NAME"] = os.environ.get(  # noqa: F405
+        "ANSWERS_TEST_DB", str(BASE_DIR / "test-db.sqlite3")  # noqa: F405
+    )

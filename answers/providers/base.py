@@ -1,11 +1,31 @@
-"""The provider interface: an async iterator of text deltas for a prompt."""
+"""The provider interface: an async iterator of text deltas for a prompt.
+
+A provider may also yield one ``Usage`` (token counts, when its server reports them), and
+raises ``ProviderError`` for failures it can classify; ``retryable`` errors before the first
+token are retried by the pipeline (see ``answers.guards``).
+"""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Protocol
 
 from ..prompt import Prompt
+
+
+@dataclass(frozen=True)
+class Usage:
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+
+
+class ProviderError(Exception):
+    """A provider failure. The message is for logs and reviewers, never for the asker."""
+
+    def __init__(self, message: str, *, retryable: bool = False) -> None:
+        super().__init__(message)
+        self.retryable = retryable
 
 
 class Provider(Protocol):
@@ -15,6 +35,6 @@ class Provider(Protocol):
     @property
     def model(self) -> str: ...
 
-    def stream(self, prompt: Prompt) -> AsyncIterator[str]:
+    def stream(self, prompt: Prompt) -> AsyncIterator[str | Usage]:
         """Yield the answer as text deltas, citing sources as ``[n]``."""
         ...
