@@ -69,3 +69,39 @@ def call(capsys):  # type: ignore[no-untyped-def]
         return capsys.readouterr()
 
     return run
+
+
+@pytest.fixture(scope="session")
+def _daphne_live_server_process(django_db_setup):  # type: ignore[no-untyped-def]
+    """One daphne process (tests/live.py) for the session, on the test database file."""
+    from django.db import connections
+
+    from tests.live import run_live_server
+
+    with run_live_server(connections["default"].settings_dict["NAME"]) as server:
+        yield server
+
+
+@pytest.fixture
+def daphne_live_server(_daphne_live_server_process, corpus):  # type: ignore[no-untyped-def]
+    """The real app under daphne (a ``tests.live.LiveServer``: ``.url``, ``.ws_url``).
+
+    Transactional (via ``corpus``): create users in the test, they are committed. What
+    the server logged during the test is printed at teardown (shown if the test fails).
+    """
+    server = _daphne_live_server_process
+    server.check_alive()
+    start = server.log_size()
+    yield server
+    print(f"--- live server log ({server.url}) ---\n{server.log_since(start)}")
+
+
+@pytest.fixture(scope="session")
+def chromium_executable() -> str:
+    """Debian's chromium for Playwright, installed with apt-get if it is missing."""
+    from tests.live import ensure_chromium
+
+    try:
+        return ensure_chromium()
+    except RuntimeError as exc:
+        pytest.fail(str(exc), pytrace=False)

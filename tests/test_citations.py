@@ -287,6 +287,9 @@ LITERALS = [
     "\\[9]",
     "\\[1, 2]",
     "<http://x/[1]>",
+    "[12345]",  # more than four digits: not a marker
+    "[1, 23456]",
+    "[a]",
 ]
 
 markers = st.builds(
@@ -331,7 +334,9 @@ def fences(draw: st.DrawFn) -> Piece:
 segments = st.one_of(
     st.sampled_from(WORDS).map(lambda w: [Piece("text", w)]),
     markers.map(lambda m: [m]),
+    markers.map(lambda m: [m]),
     markers.map(lambda m: [m, Piece("text", ""), m]),  # a duplicate: [2][2]
+    st.lists(markers, min_size=2, max_size=3),  # a cluster: [1][3], [2] [1, 2]
     code_spans().map(lambda c: [c]),
     fences().map(lambda f: [f]),
     st.sampled_from(LITERALS).map(lambda text: [Piece("literal", text)]),
@@ -363,7 +368,8 @@ def answers(draw: st.DrawFn) -> Answer:
     return Answer(tuple(pieces))
 
 
-counts = st.integers(0, 12)
+# Few sources (most markers out of range) or many (most markers valid).
+counts = st.one_of(st.integers(0, 3), st.integers(4, 15))
 
 
 # --------------------------------------------------------------------------------------

@@ -61,6 +61,7 @@ class OpenAIProvider:
             raise ProviderError(f"{type(exc).__name__}: {exc}", retryable=True) from exc
         except openai.APIStatusError as exc:
             raise ProviderError(f"{type(exc).__name__}: HTTP {exc.status_code}") from exc
+        finished = False
         try:
             async for chunk in response:
                 usage: Any = getattr(chunk, "usage", None)
@@ -70,10 +71,14 @@ class OpenAIProvider:
                         completion_tokens=getattr(usage, "completion_tokens", None),
                     )
                 for choice in chunk.choices or ():
+                    finished = finished or bool(getattr(choice, "finish_reason", None))
                     delta = getattr(choice, "delta", None)
                     content = getattr(delta, "content", None) if delta is not None else None
                     # An empty delta still counts: the guards cap endless empty streams.
                     yield content if isinstance(content, str) else ""
+            if not finished:
+                # A cut connection can look like a clean end; real servers always finish.
+                raise ProviderError("the stream ended without a finish_reason (cut off?)")
         except (openai.APIConnectionError, openai.APITimeoutError) as exc:
             raise ProviderError(f"{type(exc).__name__}: {exc}", retryable=True) from exc
         except openai.APIError as exc:

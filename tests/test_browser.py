@@ -1,0 +1,155 @@
+"""The ask page in a real browser: Debian's chromium driven by Playwright (sync API).
+
+The app runs under daphne (tests/live.py); the page talks to it over the WebSocket.
+Never run ``playwright install``: ``chromium_executable`` (conftest) provides the browser.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Browser, Locator, Page, expect, sync_playwright
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+TIMEOUT_MS = 15_000
+QUESTION = "What is a lambda expression?"
+FOLLOW_UP = "and how does it differ from a def function?"
+
+# Records, per turn, the first text streamed into an answer while it is still streaming.
+WATCH_STREAMING = """
+() => {
+  window.__streamedWhileStreaming = [];
+  const turns = document.querySelector("[data-turns]");
+  new MutationObserver(() => {
+    turns.querySelectorAll("[data-turn]").forEach((turn, index) => {
+      const answer = turn.querySelector("[data-answer]");
+      const text = answer.textContent.trim();
+      if (answer.dataset.answerState === "streaming" && text
+          && window.__streamedWhileStreaming[index] === undefined) {
+        window.__streamedWhileStreaming[index] = text;
+      }
+    });
+  }).observe(turns, {childList: true, subtree: true, characterData: true});
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def browser(chromium_executable: str) -> Iterator[Browser]:
+    # Playwright's sync API keeps its event loop marked as running in this thread, so
+    # Django's ORM (users, the transactional flush) would refuse to run; nothing of ours
+    # runs inside that loop, so the check is safely off while the browser is up.
+    with pytest.MonkeyPatch.context() as patch, sync_playwright() as playwright:
+        patch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+        browser = playwright.chromium.launch(
+            executable_path=chromium_executable, args=CHROMIUM_ARGS
+        )
+        yield browser
+        browser.close()
+
+
+class PageErrors:
+    def __init__(self, page: Page) -> None:
+        self.messages: list[str] = []
+        page.on("console", self._console)
+        page.on("pageerror", lambda error: self.messages.append(f"pageerror: {error}"))
+
+    def _console(self, message) -> None:  # type: ignore[no-untyped-def]
+        if message.type == "error":
+            self.messages.append(f"console.error: {message.text} ({message.location})")
+
+
+@pytest.fixture
+def page(browser: Browser, daphne_live_server) -> Iterator[Page]:  # type: ignore[no-untyped-def]
+    context = browser.new_context(base_url=daphne_live_server.url)
+    context.set_default_timeout(TIMEOUT_MS)
+    page = context.new_page()
+    page.errors = PageErrors(page)  # type: ignore[attr-defined]
+    yield page
+    context.close()  # before the database is emptied: no socket may outlive the test
+
+
+def log_in(page: Page, username: str, password: str) -> None:
+    page.goto("/accounts/login/")
+    page.get_by_label("Username").fill(username)
+    page.get_by_label("Password").fill(password)
+    page.get_by_role("button", name="Log in").click()
+    expect(page).to_have_url(re.compile(r"/$"))
+
+
+def ask(page: Page, question: str) -> Locator:
+    """Ask ``question``; return its turn once its answer is done."""
+    turns = page.locator("[data-turns] [data-turn]")
+    before = turns.count()
+    page.get_by_label("Your question").fill(question)
+    page.get_by_role("button", name="Ask", exact=True).click()
+    expect(turns).to_have_count(before + 1)
+    turn = turns.nth(before)
+    expect(turn.locator(".turn-question")).to_have_text(question)
+    answer = turn.locator("[data-answer]")
+    expect(answer).to_have_attribute("data-answer-state", re.compile("streaming|done"))
+    # Some token text showed up while the answer was still streaming.
+    page.wait_for_function(
+        "index => window.__streamedWhileStreaming[index] !== undefined", arg=before
+    )
+    expect(answer).to_have_attribute("data-answer-state", "done")
+    return turn
+
+
+def check_citations(turn: Locator) -> list[str]:
+    """Every citation links to an entry of this turn's final Sources panel; return the ids."""
+    panels = turn.locator("[data-sources-panel]")
+    expect(panels).to_have_count(1)
+    expect(panels).to_have_attribute("data-state", "final")
+    citations = turn.locator("[data-answer] a.citation")
+    assert citations.count() >= 1, turn.inner_html()
+    ids = []
+    for href in citations.evaluate_all("links => links.map(a => a.getAttribute('href'))"):
+        assert href and href.startswith("#"), href
+        target = href[1:]
+        expect(panels.locator(f"[id='{target}']")).to_have_count(1)
+        ids.append(target)
+    return ids
+
+
+def test_ask_follow_up_and_feedback(page: Page, asker) -> None:  # type: ignore[no-untyped-def]
+    log_in(page, "asker", "pw-asker")
+    page.evaluate(WATCH_STREAMING)
+
+    first = ask(page, QUESTION)
+    first_ids = check_citations(first)
+
+    second = ask(page, FOLLOW_UP)
+    second_ids = check_citations(second)
+    assert first.get_attribute("data-answer-id") != second.get_attribute("data-answer-id")
+    assert not set(first_ids) & set(second_ids)
+    all_ids = page.locator("[id]").evaluate_all("elements => elements.map(e => e.id)")
+    assert len(all_ids) == len(set(all_ids)), all_ids
+
+    first.get_by_role("button", name="Helpful", exact=True).click()
+    expect(first.locator(".feedback-status")).to_have_text("Thanks for your feedback.")
+
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "ask.png"), full_page=True)
+    assert page.errors.messages == []  # type: ignore[attr-defined]
+
+
+def test_anonymous_visitor_is_sent_to_the_login_page(page: Page) -> None:
+    page.goto("/")
+    expect(page).to_have_url(re.compile(r"/accounts/login/\?next=/$"))
+    expect(page.get_by_role("heading", name="Log in")).to_be_visible()
+    assert page.errors.messages == []  # type: ignore[attr-defined]

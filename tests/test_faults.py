@@ -1,0 +1,255 @@
+"""The OpenAI-compatible provider against a real local server that misbehaves on purpose,
+on the JSON path and on the streamed (WebSocket) path."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from asgiref.sync import async_to_sync
+from channels.testing import WebsocketCommunicator
+
+from answers import services
+from answers.models import Answer
+from answers.pipeline import GENERIC_ERROR
+from config.asgi import application
+from tests.llm_server import FakeLLM
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+QUESTION = "What is a lambda expression?"
+
+
+@pytest.fixture
+def fake_llm(settings):  # type: ignore[no-untyped-def]
+    server = FakeLLM()
+    settings.ANSWERS = {
+        **settings.ANSWERS,
+        "PROVIDER": "openai",
+        "MODEL": "local-test",
+        "OPENAI_BASE_URL": server.base_url,
+        "OPENAI_API_KEY": "test-key",
+        "FIRST_TOKEN_TIMEOUT": 0.5,
+        "IDLE_TIMEOUT": 0.5,
+        "TOTAL_TIMEOUT": 5.0,
+        "MAX_EMPTY_DELTAS": 50,
+        "PROVIDER_RETRIES": 2,
+        "RETRY_BACKOFF": 0.05,
+    }
+    yield server
+    server.close()
+
+
+def ask_json(client, user):  # type: ignore[no-untyped-def]
+    _, raw = services.api_token_create(user=user, name="t")
+    response = client.post(
+        "/api/answers",
+        {"question": QUESTION},
+        content_type="application/json",
+        headers={"Authorization": f"Bearer {raw}"},
+    )
+    return response, Answer.objects.order_by("-pk").first()
+
+
+async def _ask_socket(user):  # type: ignore[no-untyped-def]
+    comm = WebsocketCommunicator(
+        application,
+        "/ws/answers/",
+        headers=[(b"host", b"testserver"), (b"origin", b"http://testserver")],
+    )
+    comm.scope["user"] = user
+    assert (await comm.connect())[0]
+    await comm.send_json_to({"type": "ask", "question": QUESTION})
+    messages = []
+    while not messages or messages[-1]["type"] not in ("done", "error"):
+        messages.append(await comm.receive_json_from(timeout=10))
+    await comm.disconnect()
+    return messages
+
+
+ask_socket = async_to_sync(_ask_socket)
+
+FAULTS = {
+    "stall before the first token": (
+        [{"kind": "stall_first", "deltas": ["Late [1]."], "seconds": 3}], "", "first-token timeout"
+    ),
+    "stall mid-stream": (
+        [{"kind": "stall_mid", "deltas": ["Part one [1].", " part two"], "after": 1, "seconds": 3}],
+        "Part one [1].",
+        "idle timeout",
+    ),
+    "500 every time": ([{"kind": "status", "status": 500}], "", "HTTP 500"),
+    "garbage chunk": ([{"kind": "garbage", "deltas": ["Start [1]."]}], "Start [1].", ""),
+    "endless empty deltas": ([{"kind": "empty_forever"}], "", "empty deltas"),
+    "cut connection": (
+        [{"kind": "cut", "deltas": ["First [1].", " second", " third"], "after": 1}],
+        "First [1].",
+        "",
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("fault", list(FAULTS))
+def test_faults_on_the_json_path_are_a_generic_502_with_the_partial_kept(
+    corpus, asker, client, fake_llm, fault
+):
+    behaviours, partial, reason = FAULTS[fault]
+    fake_llm.behaviours = list(behaviours)
+    response, answer = ask_json(client, asker)
+    assert response.status_code == 502
+    body = response.json()
+    assert body["detail"] == GENERIC_ERROR and body["answer_id"] == answer.pk
+    assert "upstream" not in response.content.decode()
+    assert answer.status == Answer.Status.FAILED
+    assert answer.raw_text == partial
+    assert reason in answer.error
+
+
+@pytest.mark.parametrize("fault", list(FAULTS))
+def test_faults_on_the_streamed_path_end_with_a_generic_error_and_keep_the_partial(
+    corpus, asker, fake_llm, fault
+):
+    behaviours, partial, reason = FAULTS[fault]
+    fake_llm.behaviours = list(behaviours)
+    messages = ask_socket(asker)
+    assert messages[0]["type"] == "references"
+    assert messages[-1] == {
+        "type": "error", "message": GENERIC_ERROR, "answer_id": messages[0]["answer_id"],
+    }  # fmt: skip
+    shown = "".join(m["text"] for m in messages if m["type"] == "token")
+    answer = Answer.objects.get(pk=messages[0]["answer_id"])
+    assert answer.status == Answer.Status.FAILED
+    assert answer.raw_text == partial and partial.startswith(shown.rstrip())
+    assert reason in answer.error
+
+
+def test_a_retryable_error_before_the_first_token_is_retried(corpus, asker, client, fake_llm):
+    fake_llm.behaviours = [
+        {"kind": "status", "status": 429},
+        {"kind": "status", "status": 503},
+        {"kind": "ok", "deltas": ["Lambdas ", "are small [1]."], "usage": (120, 9)},
+    ]
+    response, answer = ask_json(client, asker)
+    assert response.status_code == 200, response.content
+    assert response.json()["text"] == "Lambdas are small [1]."
+    assert len(fake_llm.requests) == 3
+    assert (answer.status, answer.prompt_tokens, answer.completion_tokens) == ("complete", 120, 9)
+
+
+def test_500_is_retried_a_bounded_number_of_times(corpus, asker, client, fake_llm):
+    fake_llm.behaviours = [{"kind": "status", "status": 500}]
+    ask_json(client, asker)
+    assert len(fake_llm.requests) == 3  # one try and PROVIDER_RETRIES retries
+
+
+def test_a_client_error_is_not_retried(corpus, asker, client, fake_llm):
+    fake_llm.behaviours = [{"kind": "status", "status": 400}]
+    response, answer = ask_json(client, asker)
+    assert response.status_code == 502 and len(fake_llm.requests) == 1
+
+
+def test_after_tokens_there_is_no_retry(corpus, asker, client, fake_llm):
+    fake_llm.behaviours = [
+        {"kind": "cut", "deltas": ["First [1].", " second"], "after": 1},
+        {"kind": "ok", "deltas": ["Something else entirely."]},
+    ]
+    response, answer = ask_json(client, asker)
+    assert response.status_code == 502 and len(fake_llm.requests) == 1
+    assert answer.raw_text == "First [1]."
+
+
+def test_the_answer_length_cap(corpus, asker, client, fake_llm, settings):
+    settings.ANSWERS = {**settings.ANSWERS, "MAX_ANSWER_CHARS": 20}
+    fake_llm.behaviours = [{"kind": "ok", "deltas": ["0123456789", "0123456789", "overflow"]}]
+    response, answer = ask_json(client, asker)
+    assert response.status_code == 502
+    assert answer.raw_text == "01234567890123456789" and "longer than" in answer.error
+
+
+def test_the_total_duration_cap(corpus, asker, client, fake_llm, settings):
+    settings.ANSWERS = {**settings.ANSWERS, "TOTAL_TIMEOUT": 0.6}
+    fake_llm.behaviours = [{"kind": "ok", "deltas": ["tick "] * 20, "pace": 0.1}]
+    response, answer = ask_json(client, asker)
+    assert response.status_code == 502 and "total duration" in answer.error
+    assert answer.raw_text.startswith("tick ") and answer.raw_text != "tick " * 20
+
+
+def test_the_prompt_reaches_the_server_with_the_citation_contract(corpus, asker, client, fake_llm):
+    fake_llm.behaviours = [{"kind": "ok", "deltas": ["Yes [1]."]}]
+    ask_json(client, asker)
+    request = fake_llm.requests[-1]
+    assert request["model"] == "local-test" and request["stream"] is True
+    assert "[1]" in request["messages"][0]["content"]
+    assert "BEGIN SOURCE [1]" in request["messages"][-1]["content"]
+
+
+def test_stop_mid_stream_cancels_the_upstream_request(corpus, asker, fake_llm):
+    fake_llm.behaviours = [{"kind": "ok", "deltas": ["word "] * 200, "pace": 0.02}]
+
+    async def run():  # type: ignore[no-untyped-def]
+        comm = WebsocketCommunicator(
+            application, "/ws/answers/",
+            headers=[(b"host", b"testserver"), (b"origin", b"http://testserver")],
+        )  # fmt: skip
+        comm.scope["user"] = asker
+        assert (await comm.connect())[0]
+        await comm.send_json_to({"type": "ask", "question": QUESTION})
+        first = await comm.receive_json_from(timeout=5)
+        while (await comm.receive_json_from(timeout=5))["type"] != "token":
+            pass
+        await comm.send_json_to({"type": "stop"})
+        while (message := await comm.receive_json_from(timeout=5))["type"] != "done":
+            pass
+        await comm.disconnect()
+        return first, message
+
+    first, done = async_to_sync(run)()
+    assert done["status"] == "interrupted"
+    # The server notices the closed connection at its next write: well within a second.
+    assert fake_llm.closed_early.wait(1.0)
+    answer = Answer.objects.get(pk=first["answer_id"])
+    assert answer.status == "interrupted" and answer.raw_text.startswith("word ")
+    assert len(answer.raw_text) < len("word ") * 200
+
+
+def test_a_misbehaving_stream_does_not_affect_another(corpus, asker, other_asker, fake_llm):
+    fake_llm.behaviours = [
+        {"kind": "garbage", "deltas": ["Bad [1]."]},
+        {"kind": "ok", "deltas": ["Good [1]."]},
+    ]
+
+    async def both():  # type: ignore[no-untyped-def]
+        import asyncio
+
+        return await asyncio.gather(_ask_socket(asker), _ask_socket(other_asker))
+
+    results = async_to_sync(both)()
+    finals = sorted(r[-1]["type"] for r in results)
+    assert finals == ["done", "error"]
+
+
+def test_missing_model_is_reported_by_the_system_check(settings):
+    from answers.checks import check_answers_settings
+
+    settings.ANSWERS = {"PROVIDER": "openai", "MODEL": ""}
+    ids = {e.id for e in check_answers_settings()}
+    assert "answers.E011" in ids
+
+
+def test_missing_key_for_the_public_api_is_reported(settings, monkeypatch):
+    from answers.checks import check_answers_settings
+
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    settings.ANSWERS = {"PROVIDER": "openai", "MODEL": "gpt-4o-mini"}
+    assert "answers.E012" in {e.id for e in check_answers_settings()}
+    settings.ANSWERS = {"PROVIDER": "openai", "MODEL": "llama3.1",
+                        "OPENAI_BASE_URL": "http://127.0.0.1:11434/v1"}  # fmt: skip
+    assert not {e.id for e in check_answers_settings()} & {"answers.E011", "answers.E012"}
+
+
+def test_json_error_bodies_leak_nothing(corpus, asker, client, fake_llm):
+    fake_llm.behaviours = [{"kind": "status", "status": 401}]
+    response, _ = ask_json(client, asker)
+    text = json.dumps(response.json())
+    assert "upstream" not in text and "401" not in text and "Traceback" not in text

@@ -1,0 +1,212 @@
+"""Server-sent events over real HTTP: the app under daphne (tests/live.py), read with httpx."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import pytest
+
+from answers import services
+from answers.citations import cited_numbers, iter_markers
+from answers.models import Answer
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+QUESTION = "What is a lambda expression?"
+SSE = {"Accept": "text/event-stream"}
+
+
+@dataclass
+class ServerEvent:
+    id: str | None
+    event: str
+    data: Any
+    at: float = field(default=0.0)
+
+
+def iter_events(response: httpx.Response) -> Iterator[ServerEvent]:
+    """Parse ``text/event-stream`` incrementally, yielding each event as it completes."""
+    fields: dict[str, list[str]] = {}
+    for line in response.iter_lines():
+        if line == "":
+            if fields:
+                yield ServerEvent(
+                    id=fields.get("id", [None])[-1],
+                    event=fields.get("event", ["message"])[-1],
+                    data=json.loads("\n".join(fields.get("data", []))),
+                    at=time.monotonic(),
+                )
+            fields = {}
+            continue
+        if line.startswith(":"):
+            continue  # a comment / keep-alive
+        name, _, value = line.partition(":")
+        fields.setdefault(name, []).append(value.removeprefix(" "))
+    assert not fields, f"the stream ended inside an event: {fields}"
+
+
+@pytest.fixture
+def client(daphne_live_server) -> Iterator[httpx.Client]:  # type: ignore[no-untyped-def]
+    with httpx.Client(base_url=daphne_live_server.url, timeout=20.0) as http:
+        yield http
+
+
+@pytest.fixture
+def auth(asker) -> dict[str, str]:  # type: ignore[no-untyped-def]
+    _, raw = services.api_token_create(user=asker, name="t")
+    return {"Authorization": f"Bearer {raw}"}
+
+
+def ask_streaming(
+    client: httpx.Client, headers: dict[str, str], body: dict[str, Any]
+) -> tuple[httpx.Response, list[ServerEvent]]:
+    with client.stream("POST", "/api/answers", json=body, headers={**SSE, **headers}) as response:
+        assert response.status_code == 200, response.read()
+        return response, list(iter_events(response))
+
+
+def test_sse_stream_headers_order_and_payloads(client, auth) -> None:  # type: ignore[no-untyped-def]
+    started = time.monotonic()
+    response, events = ask_streaming(client, auth, {"question": QUESTION})
+
+    assert response.headers["content-type"].startswith("text/event-stream")
+    cache_control = {part.strip() for part in response.headers["cache-control"].split(",")}
+    assert {"no-store", "no-cache"} <= cache_control
+    assert response.headers["x-accel-buffering"] == "no"
+
+    names = [e.event for e in events]
+    assert names[0] == "references" and names.count("references") == 1, names
+    assert names[-1] == "done" and names.count("done") == 1, names
+    assert set(names[1:-1]) <= {"token", "citation"}, names
+    assert "token" in names
+    assert [e.id for e in events] == [str(n) for n in range(len(events))]
+
+    references = events[0].data
+    assert set(references) == {"answer_id", "conversation_id", "turn", "references"}
+    assert references["turn"] == 1
+    uuid.UUID(references["conversation_id"])
+    retrieved = references["references"]
+    assert retrieved, "the lambda question retrieves sources"
+    assert [r["index"] for r in retrieved] == list(range(1, len(retrieved) + 1))
+
+    # The text streamed so far only ever cites sources that exist.
+    tokens = [e.data["text"] for e in events if e.event == "token"]
+    streamed = "".join(tokens)
+    assert streamed.strip()
+    numbers = [n for marker in iter_markers(streamed) for n in marker.numbers]
+    assert numbers, "the extractive answer cites its sources"
+    assert all(1 <= n <= len(retrieved) for n in numbers), numbers
+
+    # One citation event per first citation, in order, with the source's document.
+    citations = [e.data for e in events if e.event == "citation"]
+    assert [c["number"] for c in citations] == cited_numbers(streamed)
+    by_number = {r["index"]: r["document_id"] for r in retrieved}
+    assert all(c["document_id"] == by_number[c["number"]] for c in citations)
+
+    # It streams: the references arrive well before the (slowed down) answer ends.
+    assert events[0].at - started < events[-1].at - started
+    assert events[-1].at - events[0].at > 0.1
+
+    done = events[-1].data
+    assert done["answer_id"] == references["answer_id"]
+    assert done["conversation_id"] == references["conversation_id"]
+    assert done["status"] == "complete"
+    assert set(done["number_map"]) <= {str(n) for n in numbers}
+    stored = client.get(f"/api/answers/{done['answer_id']}", headers=auth)
+    assert stored.status_code == 200
+    assert {k: v for k, v in done.items() if k != "number_map"} == stored.json()
+
+
+def test_sse_and_json_give_the_same_answer(client, auth) -> None:  # type: ignore[no-untyped-def]
+    _, events = ask_streaming(client, auth, {"question": QUESTION})
+    streamed = events[-1].data
+    plain = client.post("/api/answers", json={"question": QUESTION}, headers=auth)
+
+    assert plain.status_code == 200
+    assert plain.headers["content-type"].startswith("application/json")
+    body = plain.json()
+    assert body["answer_id"] != streamed["answer_id"]
+    assert body["text"] == streamed["text"]
+    assert body["references"] == streamed["references"]
+    assert body["status"] == streamed["status"] == "complete"
+
+
+def test_sse_follow_up_continues_the_conversation(client, auth) -> None:  # type: ignore[no-untyped-def]
+    _, first = ask_streaming(client, auth, {"question": QUESTION})
+    conversation_id = first[0].data["conversation_id"]
+    _, second = ask_streaming(
+        client,
+        auth,
+        {
+            "question": "and how does it differ from a def function?",
+            "conversation_id": conversation_id,
+        },
+    )
+    assert second[0].data["conversation_id"] == conversation_id
+    assert second[0].data["turn"] == 2
+    assert second[-1].event == "done"
+    assert second[-1].data["answer_id"] != first[-1].data["answer_id"]
+
+
+@pytest.mark.parametrize(
+    ("body", "with_auth", "status", "code"),
+    [
+        pytest.param({"question": QUESTION}, False, 401, None, id="no-auth"),
+        pytest.param({"question": "   "}, True, 422, "invalid_question", id="blank"),
+        pytest.param(
+            {"question": QUESTION, "conversation_id": str(uuid.uuid4())},
+            True,
+            404,
+            "not_found",
+            id="unknown-conversation",
+        ),
+    ],
+)
+def test_refusals_are_json_before_any_event(  # type: ignore[no-untyped-def]
+    client, auth, body, with_auth, status, code
+) -> None:
+    response = client.post(
+        "/api/answers", json=body, headers={**SSE, **(auth if with_auth else {})}
+    )
+
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].startswith("application/json")
+    assert "event:" not in response.text
+    payload = response.json()
+    assert payload["detail"]
+    if code is not None:
+        assert payload["code"] == code
+    assert not Answer.objects.exists()
+
+
+def test_client_disconnect_mid_stream_stores_an_interrupted_answer(client, auth) -> None:  # type: ignore[no-untyped-def]
+    answer_id = None
+    with client.stream(
+        "POST", "/api/answers", json={"question": QUESTION}, headers={**SSE, **auth}
+    ) as response:
+        assert response.status_code == 200
+        for event in iter_events(response):
+            if event.event == "references":
+                answer_id = event.data["answer_id"]
+            elif event.event == "token":
+                break  # leaving the block closes the connection mid-answer
+        else:
+            pytest.fail("the stream ended before its first token")
+    assert answer_id is not None
+
+    deadline = time.monotonic() + 5
+    status = None
+    while time.monotonic() < deadline:
+        status = Answer.objects.get(pk=answer_id).status
+        if status != Answer.Status.STREAMING:
+            break
+        time.sleep(0.1)
+    assert status == Answer.Status.INTERRUPTED
+    answer = Answer.objects.get(pk=answer_id)
+    assert answer.error == "stopped by the client"
