@@ -22,5 +22,6 @@ STATIC_ROOT = None  # type: ignore[assignment]  # whitenoise serves from the fin
 # runs on one machine do not collide.
 if DATABASES["default"]["ENGINE"].endswith("sqlite3"):  # noqa: F405
     DATABASES["default"].setdefault("TEST", {})["NAME"] = os.environ.get(  # noqa: F405
-        "ANSWERS_TEST_DB", str(BASE_DIR / "test-db.sqlite3")  # noqa: F405
+        "ANSWERS_TEST_DB",
+        str(BASE_DIR / "test-db.sqlite3"),  # noqa: F405
     )

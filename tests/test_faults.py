@@ -144,7 +144,7 @@ def test_500_is_retried_a_bounded_number_of_times(corpus, asker, client, fake_ll
 
 def test_a_client_error_is_not_retried(corpus, asker, client, fake_llm):
     fake_llm.behaviours = [{"kind": "status", "status": 400}]
-    response, answer = ask_json(client, asker)
+    response, _ = ask_json(client, asker)
     assert response.status_code == 502 and len(fake_llm.requests) == 1
 
 
