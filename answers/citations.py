@@ -30,7 +30,7 @@ _MAX_DIGITS = 4
 _SCANNER = re.compile(
     r"""
       \n(?P<fence>[ ]{0,3}(?P<fence_mark>`{3,}(?=[^`\n]*(?:\n|\Z))|~{3,})[^\n]*
-        (?:\n[\s\S]*?)??(?:\n[ ]{0,3}(?P=fence_mark)[`~]*[ \t]*(?=\n|\Z)|\Z))
+        (?:\n[\s\S]*?)??(?:\n[ ]{0,3}(?P=fence_mark)(?:(?<=`)`*|(?<=~)~*)[ \t]*(?=\n|\Z)|\Z))
     | \n(?P<refdef>[ ]{0,3}\[[^\]\n]+\]:[^\n]*)
     | `(?P<code>(?P<ticks>`*+)(?:[^\n]|\n(?![ \t]*\n))*?(?<!`)`(?P=ticks)(?!`))
     | `(?P<ticks_literal>`*)
@@ -146,10 +146,11 @@ class FinalizedCitations(Generic[T]):
 def finalize_citations(text: str, sources: Sequence[T]) -> FinalizedCitations[T]:
     """Keep only cited sources, renumbered in first-citation order, and rewrite markers.
 
-    ``sources[i]`` is prompt number ``i + 1``. Markers must already be in range (run
-    ``strip_out_of_range_markers`` first); any that are not are dropped here too, so the
-    result never cites a missing source. When nothing is cited, the text and sources are
-    returned untouched (the ADR's fallback for providers that ignore the contract).
+    ``sources[i]`` is prompt number ``i + 1``. Run ``strip_out_of_range_markers`` first
+    (ADR 0011): out-of-range numbers never choose a source, and are dropped from markers
+    when anything is cited, but the fallback below returns the text exactly as given. When
+    nothing is cited, the text and sources are returned untouched (the ADR's fallback for
+    providers that ignore the contract).
     """
     order = [n for n in cited_numbers(text) if 1 <= n <= len(sources)]
     if not order:

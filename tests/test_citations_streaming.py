@@ -45,14 +45,22 @@ def test_any_split_streams_exactly_the_stripped_text(case, count):
 
 @settings(max_examples=200, deadline=None)
 @given(split_answers(), st.integers(0, 3))
-def test_no_out_of_range_marker_is_ever_shown_on_the_way(case, count):
+def test_what_is_shown_is_never_taken_back(case, count):
+    """Every intermediate state is a prefix of the final stripped text: nothing shown is
+    later removed (an out-of-range marker included)."""
     raw, deltas = case
     _, shown = stream(deltas, count)
+    final = strip_out_of_range_markers(raw, count)
     so_far = ""
     for piece in shown:
         so_far += piece
-        for marker in iter_markers(so_far):
-            assert all(1 <= n <= count for n in marker.numbers), (so_far, raw)
+        assert final.startswith(so_far)
+
+
+def test_a_shown_marker_is_always_in_range():
+    stream_filter = MarkerStreamFilter(2)
+    shown = "".join(stream_filter.feed(d) for d in ["a [1", "] b [3", "] c [2]", " d"])
+    assert [m.numbers for m in iter_markers(shown)] == [(1,), (2,)]
 
 
 def test_an_unfinished_marker_is_held_until_complete():
