@@ -146,7 +146,7 @@ class AnswerAdmin(admin.ModelAdmin):
         )
         body = format_html_join(
             "",
-            "<tr><td>{}</td><td><a href='{}'>{}</a></td><td>{}</td><td>{:.3f}</td><td>{}</td>"
+            "<tr><td>{}</td><td><a href='{}'>{}</a></td><td>{}</td><td>{}</td><td>{}</td>"
             "<td>{}</td><td>{}</td><td>{}</td></tr>",
             (
                 (
@@ -154,7 +154,7 @@ class AnswerAdmin(admin.ModelAdmin):
                     reverse("admin:answers_document_change", args=[row.document_id]),
                     row.document.title,
                     row.chunk.ordinal if row.chunk else "—",
-                    row.score,
+                    f"{row.score:.3f}",
                     "—" if row.rerank_score is None else f"{row.rerank_score:.3f}",
                     row.prompt_number or "—",
                     row.get_dropped_reason_display() or "numbered",
@@ -194,6 +194,11 @@ class DocumentAdmin(admin.ModelAdmin):
     def get_queryset(self, request: HttpRequest) -> QuerySet[Document]:
         return super().get_queryset(request).annotate(chunks_total=Count("chunks"))
 
+    def formfield_for_dbfield(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
+        if db_field.name == "url":
+            kwargs["assume_scheme"] = "https"  # a bare "example.com/doc" means https
+        return super().formfield_for_dbfield(db_field, request, **kwargs)
+
     @admin.display(description="Chunks", ordering="chunks_total")
     def chunk_count(self, obj: Document) -> int:
         total = getattr(obj, "chunks_total", None)
@@ -226,7 +231,13 @@ class ApiTokenAdmin(admin.ModelAdmin):
             obj.save(update_fields=["name"])
             return
         token, raw = services.api_token_create(user=obj.user, name=obj.name)
-        obj.pk = token.pk
+        # The admin logs and links the object it was given: make it the stored one.
+        obj.pk, obj.token_hash, obj.prefix, obj.created_at = (
+            token.pk,
+            token.token_hash,
+            token.prefix,
+            token.created_at,
+        )
         self.message_user(
             request,
             format_html(

@@ -24,11 +24,14 @@ class Command(BaseCommand):
             call_command("ingest", python_docs=True, stdout=self.stdout, stderr=self.stderr)
         User = get_user_model()
         username = options["username"]
-        if (
-            User.objects.filter(is_staff=True, is_active=True).exists()
-            or User.objects.filter(**{User.USERNAME_FIELD: username}).exists()
-        ):
+        if User.objects.filter(is_staff=True, is_active=True).exists():
             self.stdout.write("A staff login exists already.")
+            return
+        if User.objects.filter(**{User.USERNAME_FIELD: username}).exists():
+            self.stderr.write(
+                f"No staff login exists, and {username!r} is taken by a non-staff user: "
+                "run `manage.py createsuperuser`, or `manage.py bootstrap --username OTHER`."
+            )
             return
         password = secrets.token_urlsafe(12)
         User.objects.create_superuser(username=username, email="", password=password)

@@ -1,0 +1,441 @@
+from __future__ import annotations
+
+import re
+
+import pytest
+from asgiref.sync import async_to_sync
+from django.contrib.messages import get_messages
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
+
+from answers import pipeline, services
+from answers.models import Answer, ApiToken, Chunk, Document, Feedback, RetrievedSource
+from answers.registry import get_search_backend
+
+pytestmark = pytest.mark.django_db
+
+ask = async_to_sync(pipeline.answer_question)
+
+CHANGELIST = "admin:answers_answer_changelist"
+
+
+def _answer(user, question: str) -> Answer:  # type: ignore[no-untyped-def]
+    done = ask(user=user, question=question)
+    assert isinstance(done, pipeline.DoneEvent)
+    return Answer.objects.get(pk=done.answer.answer_id)
+
+
+def _change_url(answer: Answer) -> str:
+    return reverse("admin:answers_answer_change", args=[answer.pk])
+
+
+def _result_rows(html: str) -> list[str]:
+    table = html.split('id="result_list"', 1)[1].split("</table>", 1)[0]
+    return re.findall(r"<tr>.*?</tr>", table.split("<tbody>", 1)[1], re.S)
+
+
+def _review_post(answer: Answer, html: str, **fields: str) -> dict[str, str]:
+    """The change form's POST data, read from its rendered inline management form."""
+    prefix = re.search(r'name="([\w-]+)-TOTAL_FORMS"', html)
+    assert prefix is not None, "the Feedback inline has a management form"
+    p = prefix.group(1)
+    initial = answer.feedback.count()
+    data = {
+        f"{p}-TOTAL_FORMS": str(initial),
+        f"{p}-INITIAL_FORMS": str(initial),
+        f"{p}-MIN_NUM_FORMS": "0",
+        f"{p}-MAX_NUM_FORMS": "1000",
+        "review_note": "",
+    }
+    for index, feedback in enumerate(answer.feedback.order_by("-created_at")):
+        data[f"{p}-{index}-id"] = str(feedback.pk)
+        data[f"{p}-{index}-answer"] = str(answer.pk)
+    data.update(fields)
+    return data
+
+
+# ----------------------------------------------------------------------------- answers
+
+
+def test_answer_changelist_shows_columns_counts_and_feedback(admin_client, asker, other_asker):  # type: ignore[no-untyped-def]
+    answer = _answer(asker, "What is a lambda expression?")
+    services.feedback_record(answer=answer, user=asker, rating="up", comment="")
+    services.feedback_record(answer=answer, user=other_asker, rating="down", comment="meh")
+    retrieved = RetrievedSource.objects.filter(question=answer.question).count()
+    cited = (
+        RetrievedSource.objects.filter(question=answer.question, cited=True)
+        .values("document")
+        .distinct()
+        .count()
+    )
+    assert retrieved > 0 and cited > 0
+
+    response = admin_client.get(reverse(CHANGELIST))
+    assert response.status_code == 200
+    html = response.content.decode()
+    for header in ("Question", "User", "Status", "Retrieved", "Cited", "Feedback"):
+        assert f">{header}</a>" in html or f">{header}</span>" in html, header
+    for timing in ("column-retrieval_ms", "column-first_token_ms", "column-total_ms"):
+        assert timing in html
+    (row,) = _result_rows(html)
+    assert "What is a lambda expression?" in row
+    assert "asker" in row
+    assert "Complete" in row
+    assert f'class="field-retrieved">{retrieved}<' in row
+    assert f'class="field-cited">{cited}<' in row
+    assert "+1 / -1" in row
+    assert f'class="field-total_ms">{answer.total_ms}<' in row
+
+
+def test_answer_changelist_filters_by_status(admin_client, asker, scripted):  # type: ignore[no-untyped-def]
+    _answer(asker, "What is a lambda expression?")
+    _answer(asker, "Who won the football world cup?")
+    failed = _answer(asker, "How does the yield statement behave?")
+    Answer.objects.filter(pk=failed.pk).update(status=Answer.Status.FAILED)
+
+    response = admin_client.get(reverse(CHANGELIST), {"status__exact": "failed"})
+    rows = _result_rows(response.content.decode())
+    assert len(rows) == 1
+    assert "yield statement" in rows[0]
+
+    response = admin_client.get(reverse(CHANGELIST), {"status__exact": "no_answer"})
+    rows = _result_rows(response.content.decode())
+    assert len(rows) == 1
+    assert "football" in rows[0]
+
+
+def test_answer_changelist_search_by_question_text(admin_client, asker, scripted):  # type: ignore[no-untyped-def]
+    _answer(asker, "What is a lambda expression?")
+    _answer(asker, "How does the yield statement behave?")
+
+    response = admin_client.get(reverse(CHANGELIST), {"q": "lambda"})
+    rows = _result_rows(response.content.decode())
+    assert len(rows) == 1
+    assert "lambda expression" in rows[0]
+
+
+def test_answer_changelist_query_count_does_not_grow_with_answers(
+    admin_client, asker, other_asker, scripted
+):  # type: ignore[no-untyped-def]
+    def changelist_queries() -> int:
+        with CaptureQueriesContext(connection) as captured:
+            response = admin_client.get(reverse(CHANGELIST))
+        assert response.status_code == 200
+        return len(captured.captured_queries)
+
+    scripted.script = ["Lambdas are small [1]."]
+    for user in (asker, other_asker):
+        answer = _answer(user, "What is a lambda expression?")
+        services.feedback_record(answer=answer, user=user, rating="up", comment="")
+    two = changelist_queries()
+    for index in range(4):
+        user = asker if index % 2 else other_asker
+        answer = _answer(user, f"What is a lambda expression? ({index})")
+        services.feedback_record(answer=answer, user=user, rating="down", comment="")
+    assert Answer.objects.count() == 6
+    assert changelist_queries() == two
+
+
+@pytest.fixture
+def renumbered_answer(asker, other_asker, scripted):  # type: ignore[no-untyped-def]
+    """A complete answer whose citations were renumbered ([2] came first), with feedback."""
+    scripted.script = ["Lambdas are small [2] anonymous functions [1]."]
+    answer = _answer(asker, "What is a lambda expression?")
+    services.feedback_record(answer=answer, user=other_asker, rating="down", comment="Too terse")
+    answer.refresh_from_db()
+    assert answer.raw_text == "Lambdas are small [2] anonymous functions [1]."
+    assert answer.final_text == "Lambdas are small [1] anonymous functions [2]."
+    return answer
+
+
+def test_answer_change_page_shows_raw_beside_final_and_feedback(admin_client, renumbered_answer):  # type: ignore[no-untyped-def]
+    response = admin_client.get(_change_url(renumbered_answer))
+    assert response.status_code == 200
+    html = response.content.decode()
+    grid = re.search(
+        r'<div style="display:grid;[^"]*">'
+        r'<pre style="white-space:pre-wrap" data-text="raw">(.*?)</pre>'
+        r'<pre style="white-space:pre-wrap" data-text="final">(.*?)</pre></div>',
+        html,
+        re.S,
+    )
+    assert grid is not None, "raw and final text side by side"
+    assert grid.groups() == (renumbered_answer.raw_text, renumbered_answer.final_text)
+    inline = html.split('id="feedback-group"', 1)[1]
+    assert "other" in inline
+    assert "Not helpful" in inline
+    assert "Too terse" in inline
+
+
+def test_answer_change_page_lists_every_retrieved_source_with_its_fate(
+    admin_client, renumbered_answer
+):  # type: ignore[no-untyped-def]
+    sources = list(
+        RetrievedSource.objects.filter(question=renumbered_answer.question)
+        .select_related("document")
+        .order_by("rank")
+    )
+    assert any(s.final_number for s in sources)
+    html = admin_client.get(_change_url(renumbered_answer)).content.decode()
+    assert "<th>Final [n]</th>" in html, "the sources table renders"
+    table = html.split("<th>Final [n]</th>", 1)[1].split("</table>", 1)[0]
+    rows = re.findall(r"<tr>.*?</tr>", table, re.S)
+    assert len(rows) == len(sources)
+    for source, row in zip(sources, rows, strict=True):
+        cells = re.findall(r"<td>(.*?)</td>", row, re.S)
+        assert cells[0] == str(source.rank)
+        assert f">{source.document.title}</a>" in cells[1]
+        assert reverse("admin:answers_document_change", args=[source.document_id]) in cells[1]
+        assert cells[3] == f"{source.score:.3f}"
+        assert cells[5] == (str(source.prompt_number) if source.prompt_number else "—")
+        assert cells[6] == (source.get_dropped_reason_display() or "numbered")
+        assert cells[7] == (str(source.final_number) if source.final_number else "—")
+
+
+XSS_QUESTION = "What is a quokkaberry? <script>alert(3)</script><img src=x onerror=alert(1)>"
+XSS_TITLE = 'Quokkaberry notes"><script>alert(2)</script>'
+
+
+@pytest.fixture
+def xss_answer(asker, scripted):  # type: ignore[no-untyped-def]
+    """An answer whose question, raw/final text and cited document title carry markup."""
+    services.document_ingest(
+        source_key="test:xss",
+        title=XSS_TITLE,
+        body="The quokkaberry is a fictional fruit. Quokkaberry jam is made from quokkaberries.",
+        chunk_size=1200,
+    )
+    scripted.script = ["<script>alert(1)</script> [1] <img src=x onerror=alert(1)>"]
+    answer = _answer(asker, XSS_QUESTION)
+    assert "<script>alert(1)</script>" in answer.raw_text
+    assert RetrievedSource.objects.filter(
+        question=answer.question, document__source_key="test:xss", final_number=1
+    ).exists()
+    return answer
+
+
+def test_admin_escapes_question_and_model_text(admin_client, xss_answer):  # type: ignore[no-untyped-def]
+    for url in (_change_url(xss_answer), reverse(CHANGELIST)):
+        html = admin_client.get(url).content.decode()
+        assert "<script>alert" not in html
+        assert "<img src=x" not in html
+        assert "&lt;script&gt;alert(3)&lt;/script&gt;" in html  # the question
+    html = admin_client.get(_change_url(xss_answer)).content.decode()
+    raw = re.search(r'data-text="raw">(.*?)</pre>', html, re.S)
+    final = re.search(r'data-text="final">(.*?)</pre>', html, re.S)
+    assert raw is not None and final is not None
+    for shown in (raw.group(1), final.group(1)):
+        assert shown.startswith("&lt;script&gt;alert(1)&lt;/script&gt; [1]")
+        assert "&lt;img src=x onerror=alert(1)&gt;" in shown
+
+
+def test_admin_escapes_document_titles_in_the_sources_table(admin_client, xss_answer):  # type: ignore[no-untyped-def]
+    html = admin_client.get(_change_url(xss_answer)).content.decode()
+    assert "<script>alert" not in html
+    # The title is shown, escaped, in the sources table (it is in no other field).
+    assert "Quokkaberry notes&quot;&gt;&lt;script&gt;alert(2)&lt;/script&gt;</a>" in html
+
+
+def test_answers_cannot_be_added(admin_client):  # type: ignore[no-untyped-def]
+    response = admin_client.get(reverse("admin:answers_answer_add"))
+    assert response.status_code == 403
+    response = admin_client.post(reverse("admin:answers_answer_add"), {"raw_text": "x"})
+    assert response.status_code == 403
+    html = admin_client.get(reverse(CHANGELIST)).content.decode()
+    assert reverse("admin:answers_answer_add") not in html
+
+
+def test_marking_reviewed_stores_reviewer_and_leaves_texts_alone(
+    admin_client, admin_user, asker, other_asker, scripted
+):  # type: ignore[no-untyped-def]
+    scripted.script = ["Lambdas are small [1]."]
+    answer = _answer(asker, "What is a lambda expression?")
+    services.feedback_record(answer=answer, user=other_asker, rating="up", comment="ok")
+    before = Answer.objects.get(pk=answer.pk)
+    url = _change_url(answer)
+    html = admin_client.get(url).content.decode()
+    assert 'name="reviewed"' in html and 'name="review_note"' in html
+    assert 'name="raw_text"' not in html and 'name="final_text"' not in html
+
+    data = _review_post(
+        answer,
+        html,
+        reviewed="on",
+        review_note="Checked against the reference.",
+        raw_text="tampered raw",
+        final_text="tampered final",
+        status="failed",
+    )
+    response = admin_client.post(url, data)
+    assert response.status_code == 302, response.content.decode()[:3000]
+
+    after = Answer.objects.get(pk=answer.pk)
+    assert after.reviewed is True
+    assert after.review_note == "Checked against the reference."
+    assert after.reviewed_by == admin_user
+    assert after.reviewed_at is not None
+    assert (after.raw_text, after.final_text, after.status) == (
+        before.raw_text,
+        before.final_text,
+        before.status,
+    )
+    assert Feedback.objects.get(answer=answer).comment == "ok"
+
+    # Un-marking clears who reviewed and when.
+    response = admin_client.post(url, _review_post(answer, html, review_note="reopened"))
+    assert response.status_code == 302
+    after = Answer.objects.get(pk=answer.pk)
+    assert (after.reviewed, after.reviewed_by, after.reviewed_at) == (False, None, None)
+    assert after.review_note == "reopened"
+
+
+# --------------------------------------------------------------------------- documents
+
+
+def test_document_changelist_and_change_page_render(admin_client):  # type: ignore[no-untyped-def]
+    document = Document.objects.get(source_key="python-docs:lambda")
+    html = admin_client.get(reverse("admin:answers_document_changelist")).content.decode()
+    assert 'id="result_list"' in html
+    assert "Project Nightjar launch plan" in html
+    html = admin_client.get(
+        reverse("admin:answers_document_changelist"), {"q": "lambda"}
+    ).content.decode()
+    row = next(r for r in _result_rows(html) if ">lambda<" in r)
+    assert f'class="field-chunk_count">{document.chunks.count()}<' in row
+
+    response = admin_client.get(reverse("admin:answers_document_change", args=[document.pk]))
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert 'name="body"' in html and 'name="title"' in html
+    assert document.content_hash in html
+
+
+def test_editing_a_document_body_rechunks_it_and_is_searchable(admin_client):  # type: ignore[no-untyped-def]
+    document = Document.objects.get(source_key="python-docs:lambda")
+    old_chunks = list(document.chunks.values_list("text", flat=True))
+    old_hash = document.content_hash
+    url = reverse("admin:answers_document_change", args=[document.pk])
+    body = "Lambdas are explained by the flibbertigibbet walrus.\n\n" + "Padding words. " * 200
+    response = admin_client.post(
+        url,
+        {
+            "title": document.title,
+            "url": document.url,
+            "source_key": document.source_key,
+            "access": document.access,
+            "body": body,
+        },
+    )
+    assert response.status_code == 302, response.content.decode()[:3000]
+
+    document.refresh_from_db()
+    assert document.body == body.strip()  # form fields strip surrounding whitespace
+    assert document.content_hash != old_hash
+    new_chunks = list(Chunk.objects.filter(document=document).values_list("text", flat=True))
+    assert new_chunks != old_chunks
+    assert new_chunks[0].startswith("Lambdas are explained by the flibbertigibbet walrus.")
+    assert len(new_chunks) > 1
+    assert "".join(new_chunks).replace(" ", "") == body.strip().replace(" ", "").replace("\n", "")
+
+    hits = get_search_backend().search("flibbertigibbet walrus", limit=5)
+    assert hits
+    assert Chunk.objects.get(pk=hits[0].chunk_id).document_id == document.pk
+    # The old text is gone from the index: its words no longer find this document.
+    assert "unnamed object behaves" in old_chunks[0]
+    stale = get_search_backend().search("unnamed object behaves", limit=40)
+    assert all(Chunk.objects.filter(pk=h.chunk_id).exists() for h in stale)
+    assert document.pk not in set(
+        Chunk.objects.filter(pk__in=[h.chunk_id for h in stale]).values_list(
+            "document_id", flat=True
+        )
+    )
+
+
+def test_adding_a_document_chunks_it_and_makes_it_searchable(admin_client):  # type: ignore[no-untyped-def]
+    response = admin_client.post(
+        reverse("admin:answers_document_add"),
+        {
+            "title": "Snarkhunting",
+            "url": "",
+            "source_key": "admin:snark",
+            "access": Document.Access.EVERYONE,
+            "body": "The snark is hunted with thimbles and care.",
+        },
+    )
+    assert response.status_code == 302, response.content.decode()[:3000]
+    document = Document.objects.get(source_key="admin:snark")
+    assert len(document.content_hash) == 64
+    assert list(document.chunks.values_list("text", flat=True)) == [
+        "The snark is hunted with thimbles and care."
+    ]
+    hits = get_search_backend().search("snark thimbles", limit=5)
+    assert hits and Chunk.objects.get(pk=hits[0].chunk_id).document_id == document.pk
+
+
+# -------------------------------------------------------------------------- API tokens
+
+
+def test_adding_a_token_shows_it_once_and_stores_only_its_hash(admin_client, asker):  # type: ignore[no-untyped-def]
+    response = admin_client.post(
+        reverse("admin:answers_apitoken_add"), {"user": asker.pk, "name": "laptop"}
+    )
+    assert response.status_code == 302
+    messages = [str(m) for m in get_messages(response.wsgi_request)]
+    shown = [re.search(r"<code>(ca_[\w-]+)</code>", m) for m in messages]
+    raws = [m.group(1) for m in shown if m]
+    assert len(raws) == 1
+    raw = raws[0]
+    # The redirect target displays the message, once.
+    page = admin_client.get(response.url).content.decode()
+    assert f"<code>{raw}</code>" in page
+
+    token = ApiToken.objects.get()
+    assert (token.user, token.name) == (asker, "laptop")
+    assert raw.startswith(token.prefix)
+    assert token.token_hash != raw and raw not in token.token_hash
+    assert len(token.token_hash) == 64
+    authenticated = services.api_token_authenticate(raw=raw)
+    assert authenticated is not None and authenticated.pk == token.pk
+    assert authenticated.user == asker
+
+    # Never shown again: not on the change page, not on the list.
+    for url in (
+        reverse("admin:answers_apitoken_change", args=[token.pk]),
+        reverse("admin:answers_apitoken_changelist"),
+    ):
+        assert raw not in admin_client.get(url).content.decode()
+
+
+def test_revoke_tokens_action_revokes(admin_client, asker):  # type: ignore[no-untyped-def]
+    _kept, kept_raw = services.api_token_create(user=asker, name="kept")
+    revoked, revoked_raw = services.api_token_create(user=asker, name="revoked")
+    assert services.api_token_authenticate(raw=revoked_raw) is not None
+
+    response = admin_client.post(
+        reverse("admin:answers_apitoken_changelist"),
+        {"action": "revoke_tokens", "_selected_action": [revoked.pk]},
+    )
+    assert response.status_code == 302
+    messages = [str(m) for m in get_messages(response.wsgi_request)]
+    assert "Revoked 1 token(s)." in messages
+
+    revoked.refresh_from_db()
+    assert revoked.revoked_at is not None
+    assert services.api_token_authenticate(raw=revoked_raw) is None
+    assert services.api_token_authenticate(raw=kept_raw) is not None
+
+
+def test_added_token_is_named_with_its_prefix(admin_client, asker):  # type: ignore[no-untyped-def]
+    from django.contrib.admin.models import LogEntry
+
+    response = admin_client.post(
+        reverse("admin:answers_apitoken_add"), {"user": asker.pk, "name": "laptop"}, follow=True
+    )
+    token = ApiToken.objects.get()
+    assert token.prefix.startswith("ca_") and len(token.prefix) == 9
+    added = [str(m) for m in response.context["messages"] if "added successfully" in str(m)]
+    assert len(added) == 1
+    assert f"laptop ({token.prefix}…)" in added[0], "the success message tells the token apart"
+    entry = LogEntry.objects.get(object_id=str(token.pk))
+    assert entry.object_repr == str(token)

@@ -1,0 +1,339 @@
+from __future__ import annotations
+
+import io
+import re
+from pathlib import Path
+
+import pytest
+from django.contrib.auth import authenticate, get_user_model
+from django.contrib.auth.models import Group
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from answers import selectors, services
+from answers.conf import answers_settings
+from answers.management.commands.ingest import python_doc_topics
+from answers.models import Answer, ApiToken, Chunk, Document
+
+pytestmark = pytest.mark.django_db
+
+SUMMARY = re.compile(
+    r"Ingested (?P<total>\d+) document\(s\): (?P<created>\d+) created, (?P<updated>\d+) updated, "
+    r"(?P<unchanged>\d+) unchanged, (?P<failed>\d+) failed; (?P<chunks>\d+) chunk\(s\) written\."
+)
+
+
+def run(*args: str, **options: object) -> tuple[str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    call_command(*args, stdout=out, stderr=err, **options)
+    return out.getvalue(), err.getvalue()
+
+
+def summary(stdout: str) -> dict[str, int]:
+    match = SUMMARY.search(stdout)
+    assert match is not None, stdout
+    return {key: int(value) for key, value in match.groupdict().items()}
+
+
+def write(path: Path, data: str | bytes) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(data, bytes):
+        path.write_bytes(data)
+    else:
+        path.write_text(data, encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> Path:
+    """One file of each text format, one in a subfolder, plus files that must be skipped."""
+    root = tmp_path / "docs"
+    write(root / "alpha.md", "# Alpha guide\n\nThe alpha guide explains wombat grooming.\n")
+    write(root / "beta-notes.txt", "Plain notes about the beta release of the numbat tracker.\n")
+    write(root / "gamma.rst", "Gamma manual\n============\n\nThe gamma manual covers quolls.\n")
+    write(
+        root / "delta.html",
+        "<html><head><title>Delta page</title><script>var x = 1;</script></head>"
+        "<body><h1>Heading</h1><p>The delta page is about bilbies.</p></body></html>",
+    )
+    write(root / "sub" / "epsilon.md", "# Epsilon chapter\n\nEpsilon talks about echidnas.\n")
+    write(root / "script.py", "print('not a document')\n")
+    write(root / ".hidden.md", "# Hidden\n\nNever ingested.\n")
+    return root
+
+
+def ingested(root: Path) -> dict[str, Document]:
+    prefix = str(root.resolve())
+    return {d.title: d for d in Document.objects.filter(source_key__startswith=prefix)}
+
+
+# ---------------------------------------------------------------------------- ingest
+
+
+def test_ingest_folder_creates_documents_with_titles(folder: Path) -> None:
+    stdout, stderr = run("ingest", str(folder))
+    counts = summary(stdout)
+    assert counts["total"] == 5
+    assert (counts["created"], counts["updated"], counts["unchanged"], counts["failed"]) == (
+        5,
+        0,
+        0,
+        0,
+    )
+    documents = ingested(folder)
+    assert set(documents) == {
+        "Alpha guide",
+        "beta-notes",
+        "Gamma manual",
+        "Delta page",
+        "Epsilon chapter",
+    }
+    assert counts["chunks"] == Chunk.objects.filter(document__in=documents.values()).count()
+    delta = documents["Delta page"]
+    assert "bilbies" in delta.body and "var x" not in delta.body
+    assert delta.source_key == str((folder / "delta.html").resolve())
+    assert documents["Epsilon chapter"].access == Document.Access.EVERYONE
+    assert stderr == ""
+
+
+def test_ingest_again_is_all_unchanged_and_writes_no_chunks(folder: Path) -> None:
+    run("ingest", str(folder))
+    chunk_ids = set(Chunk.objects.values_list("pk", flat=True))
+    stdout, _ = run("ingest", str(folder))
+    counts = summary(stdout)
+    assert (counts["created"], counts["updated"], counts["unchanged"]) == (0, 0, 5)
+    assert counts["chunks"] == 0
+    assert set(Chunk.objects.values_list("pk", flat=True)) == chunk_ids
+
+
+def test_changing_one_file_rechunks_only_it(folder: Path) -> None:
+    run("ingest", str(folder))
+    before = {
+        title: list(doc.chunks.values_list("pk", flat=True))
+        for title, doc in ingested(folder).items()
+    }
+    write(folder / "gamma.rst", "Gamma manual\n============\n\nNow the manual covers dunnarts.\n")
+
+    stdout, _ = run("ingest", str(folder))
+    counts = summary(stdout)
+    assert (counts["created"], counts["updated"], counts["unchanged"]) == (0, 1, 4)
+    assert counts["chunks"] == 1
+    after = ingested(folder)
+    for title, chunk_ids in before.items():
+        current = list(after[title].chunks.values_list("pk", flat=True))
+        if title == "Gamma manual":
+            assert set(current).isdisjoint(chunk_ids)
+        else:
+            assert current == chunk_ids, title
+    gamma = after["Gamma manual"]
+    assert "dunnarts" in gamma.chunks.get().text
+    assert "quolls" not in gamma.body
+
+
+def test_bad_files_are_reported_and_do_not_stop_the_rest(folder: Path) -> None:
+    bad_text = write(folder / "latin1.txt", "caf\xe9 au lait".encode("latin-1"))
+    bad_pdf = write(folder / "broken.pdf", b"%PDF-1.4\nthis is not really a pdf\n%%EOF")
+
+    stdout, stderr = run("ingest", str(folder))
+    counts = summary(stdout)
+    assert (counts["total"], counts["created"], counts["failed"]) == (7, 5, 2)
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 2
+    text_line = next(line for line in lines if "latin1.txt" in line)
+    pdf_line = next(line for line in lines if "broken.pdf" in line)
+    assert text_line.startswith(f"Skipped {bad_text.resolve()}: ")
+    assert "not valid UTF-8" in text_line
+    assert pdf_line.startswith(f"Skipped {bad_pdf.resolve()}: ")
+    assert "not a readable PDF" in pdf_line
+    assert len(ingested(folder)) == 5
+    assert not Document.objects.filter(source_key__endswith="latin1.txt").exists()
+
+
+def test_every_file_failing_is_a_command_error(tmp_path: Path) -> None:
+    write(tmp_path / "empty.md", "   \n")
+    with pytest.raises(CommandError, match="Every file failed"):
+        run("ingest", str(tmp_path))
+
+
+def test_ingest_missing_path_is_a_command_error(tmp_path: Path) -> None:
+    missing = tmp_path / "nope"
+    with pytest.raises(CommandError, match=re.escape(f"No such file or folder: {missing}")):
+        run("ingest", str(missing))
+
+
+def test_ingest_without_paths_or_python_docs_is_a_command_error() -> None:
+    with pytest.raises(CommandError, match="Give at least one PATH, or --python-docs"):
+        run("ingest")
+
+
+def test_ingest_folder_without_supported_files_is_a_command_error(tmp_path: Path) -> None:
+    write(tmp_path / "notes.docx", b"PK\x03\x04")
+    with pytest.raises(CommandError, match="No supported files found"):
+        run("ingest", str(tmp_path))
+
+
+def test_ingest_group_restricts_documents_to_its_members(
+    folder: Path, asker, django_user_model
+) -> None:  # type: ignore[no-untyped-def]
+    assert not Group.objects.filter(name="research").exists()
+    run("ingest", str(folder), "--group", "research")
+
+    group = Group.objects.get(name="research")
+    documents = ingested(folder)
+    assert len(documents) == 5
+    for document in documents.values():
+        assert document.access == Document.Access.GROUPS
+        assert list(document.groups.all()) == [group]
+
+    ids = {d.pk for d in documents.values()}
+    assert selectors.document_visible_ids(user=asker, document_ids=ids) == set()
+    researcher = django_user_model.objects.create_user(username="researcher", password="x")
+    researcher.groups.add(group)
+    assert selectors.document_visible_ids(user=researcher, document_ids=ids) == ids
+
+
+def test_ingest_group_restricts_documents_ingested_before(folder: Path, asker) -> None:  # type: ignore[no-untyped-def]
+    run("ingest", str(folder))
+    stdout, _ = run("ingest", str(folder), "--group", "research")
+    assert summary(stdout)["unchanged"] == 5
+    ids = {d.pk for d in ingested(folder).values()}
+    assert selectors.document_visible_ids(user=asker, document_ids=ids) == set()
+
+
+def test_ingest_python_docs_is_idempotent() -> None:
+    documents = Document.objects.count()
+    chunk_ids = set(Chunk.objects.values_list("pk", flat=True))
+    stdout, stderr = run("ingest", "--python-docs")
+    counts = summary(stdout)
+    topics = len(python_doc_topics())
+    assert counts["total"] == topics
+    assert (counts["created"], counts["updated"], counts["unchanged"]) == (0, 0, topics)
+    assert counts["chunks"] == 0
+    assert Document.objects.count() == documents
+    assert set(Chunk.objects.values_list("pk", flat=True)) == chunk_ids
+    assert stderr == ""
+
+
+# -------------------------------------------------------------------- createapitoken
+
+
+def test_createapitoken_prints_a_working_token_last(asker) -> None:  # type: ignore[no-untyped-def]
+    stdout, stderr = run("createapitoken", "asker", "--name", "ci")
+    raw = stdout.strip().splitlines()[-1]
+    token = services.api_token_authenticate(raw=raw)
+    assert token is not None
+    assert token.user == asker
+    assert token.name == "ci"
+    assert token.prefix in stderr
+    assert raw not in stderr
+    assert ApiToken.objects.get().token_hash != raw
+
+
+def test_createapitoken_unknown_user_is_a_command_error() -> None:
+    with pytest.raises(CommandError, match="No user named 'ghost'"):
+        run("createapitoken", "ghost")
+    assert not ApiToken.objects.exists()
+
+
+def test_createapitoken_inactive_user_is_a_command_error(asker) -> None:  # type: ignore[no-untyped-def]
+    asker.is_active = False
+    asker.save()
+    with pytest.raises(CommandError, match="inactive"):
+        run("createapitoken", "asker")
+    assert not ApiToken.objects.exists()
+
+
+# ------------------------------------------------------------------------------- ask
+
+
+# ``ask`` runs its own event loop (asyncio.run), so its ORM work happens in sync_to_async's
+# worker thread, on another connection: the users it reads must be committed.
+ask_db = pytest.mark.django_db(transaction=True)
+
+
+@ask_db
+def test_ask_streams_the_answer_then_numbered_sources(corpus, asker) -> None:  # type: ignore[no-untyped-def]
+    stdout, _ = run("ask", "What is a lambda expression?", "--user", "asker")
+    answer = Answer.objects.get(question__user=asker)
+    assert answer.status == Answer.Status.COMPLETE
+    text, sources = stdout.split("Sources:\n", 1)
+    assert answer.final_text in text
+    assert re.search(r"\[\d+\]", text)
+    entries = re.findall(r"^  \[(\d+)\] (.+) \((.+)\) score (\d\.\d\d)$", sources, re.M)
+    assert entries
+    assert [int(n) for n, *_ in entries] == list(range(1, len(entries) + 1))
+    assert "lambda" in {title for _, title, *_ in entries}
+    assert f"Conversation: {answer.question.conversation_id}" in sources
+
+
+@ask_db
+def test_ask_streams_raw_deltas_then_shows_renumbered_text(corpus, asker, scripted) -> None:  # type: ignore[no-untyped-def]
+    scripted.script = ["Lambdas ", "are small [2]", " and quick [1]."]
+    stdout, _ = run("ask", "What is a lambda expression?", "--user", "asker")
+    assert stdout.startswith(
+        "Lambdas are small [2] and quick [1].\n"
+        "With citations finalized:\nLambdas are small [1] and quick [2].\n"
+        "Sources:\n  [1] "
+    )
+    assert "  [2] " in stdout
+
+
+@ask_db
+def test_ask_provider_failure_is_a_command_error_without_details(corpus, asker, settings) -> None:  # type: ignore[no-untyped-def]
+    settings.ANSWERS = {**settings.ANSWERS, "PROVIDER": "tests.providers.ExplodingProvider"}
+    with pytest.raises(CommandError) as excinfo:
+        run("ask", "What is a lambda expression?", "--user", "asker")
+    assert str(excinfo.value) == "The answer could not be generated. Please try again."
+    assert Answer.objects.get(question__user=asker).status == Answer.Status.FAILED
+
+
+@ask_db
+def test_ask_prints_the_no_answer_message_off_topic(corpus, asker) -> None:  # type: ignore[no-untyped-def]
+    stdout, _ = run("ask", "Who won the football world cup?", "--user", "asker")
+    assert str(answers_settings.NO_ANSWER_MESSAGE) in stdout
+    assert "Sources:\n  (none)\n" in stdout
+    assert Answer.objects.get(question__user=asker).status == Answer.Status.NO_ANSWER
+
+
+def test_ask_unknown_user_is_a_command_error() -> None:
+    with pytest.raises(CommandError, match="No user named 'ghost'"):
+        run("ask", "What is a lambda expression?", "--user", "ghost")
+
+
+@ask_db
+def test_ask_without_permission_is_a_command_error(corpus, no_ask_user) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(CommandError, match=r"^You do not have permission to ask questions\.$"):
+        run("ask", "What is a lambda expression?", "--user", no_ask_user.username)
+    assert not Answer.objects.exists()
+
+
+def test_ask_blank_question_is_a_command_error(asker) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(CommandError, match="question must not be blank"):
+        run("ask", "   ", "--user", "asker")
+    assert not Answer.objects.exists()
+
+
+# ------------------------------------------------------------------------- bootstrap
+
+
+def test_bootstrap_loads_the_corpus_and_creates_a_working_login() -> None:
+    Document.objects.all().delete()
+    stdout, _ = run("bootstrap")
+    assert "The corpus is empty" in stdout
+    assert Document.objects.filter(source_key__startswith="python-docs:").count() == len(
+        python_doc_topics()
+    )
+    assert Chunk.objects.exists()
+    username = re.search(r"username: (\S+)", stdout)
+    password = re.search(r"password: (\S+)", stdout)
+    assert username is not None and password is not None
+    assert username.group(1) == "admin"
+    user = authenticate(username="admin", password=password.group(1))
+    assert user is not None
+    assert user.is_staff and user.is_superuser
+
+    stdout, _ = run("bootstrap")
+    assert "password" not in stdout
+    assert "The corpus is empty" not in stdout
+    assert "A staff login exists already." in stdout
+    assert get_user_model().objects.filter(username="admin").count() == 1
