@@ -39,6 +39,7 @@ class AnswerAdmin(admin.ModelAdmin):
         "question_text",
         "asked_by",
         "status",
+        "reason",
         "retrieved",
         "cited",
         "feedback_summary",
@@ -113,6 +114,10 @@ class AnswerAdmin(admin.ModelAdmin):
     @admin.display(description="Turn")
     def turn(self, obj: Answer) -> int:
         return obj.question.turn
+
+    @admin.display(description="Reason", ordering="error")
+    def reason(self, obj: Answer) -> str:
+        return obj.error[:80]
 
     @admin.display(description="Retrieved", ordering="retrieved_count")
     def retrieved(self, obj: Answer) -> int:

@@ -253,3 +253,31 @@ def test_json_error_bodies_leak_nothing(corpus, asker, client, fake_llm):
     response, _ = ask_json(client, asker)
     text = json.dumps(response.json())
     assert "upstream" not in text and "401" not in text and "Traceback" not in text
+
+
+def test_retry_before_the_first_token_on_the_streamed_path(corpus, asker, fake_llm):
+    fake_llm.behaviours = [
+        {"kind": "status", "status": 429},
+        {"kind": "ok", "deltas": ["Lambdas ", "are small [1]."]},
+    ]
+    messages = ask_socket(asker)
+    assert messages[-1]["type"] == "done" and messages[-1]["text"] == "Lambdas are small [1]."
+    assert "".join(m["text"] for m in messages if m["type"] == "token") == "Lambdas are small [1]."
+    assert len(fake_llm.requests) == 2
+
+
+@pytest.mark.parametrize(
+    ("limits", "behaviour", "reason"),
+    [
+        ({"MAX_ANSWER_CHARS": 20}, {"kind": "ok", "deltas": ["0123456789"] * 3}, "longer than"),
+        ({"TOTAL_TIMEOUT": 0.6}, {"kind": "ok", "deltas": ["tick "] * 20, "pace": 0.1},
+         "total duration"),
+    ],
+)  # fmt: skip
+def test_caps_on_the_streamed_path(corpus, asker, fake_llm, settings, limits, behaviour, reason):
+    settings.ANSWERS = {**settings.ANSWERS, **limits}
+    fake_llm.behaviours = [behaviour]
+    messages = ask_socket(asker)
+    assert messages[-1]["type"] == "error" and messages[-1]["message"] == GENERIC_ERROR
+    answer = Answer.objects.get(pk=messages[0]["answer_id"])
+    assert answer.status == "failed" and reason in answer.error and answer.raw_text
