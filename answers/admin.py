@@ -54,6 +54,10 @@ class AnswerAdmin(admin.ModelAdmin):
     date_hierarchy = "created_at"
     list_select_related = ("question", "question__user")
     inlines = [FeedbackInline]
+
+    class Media:
+        css = {"all": ["answers/admin.css"]}  # no inline styles: the CSP forbids them
+
     fieldsets = (
         ("Question", {"fields": ("question_text", "asked_by", "conversation", "turn")}),
         ("Outcome", {"fields": ("status", "error", "citations_fallback", "provider", "model")}),
@@ -135,9 +139,9 @@ class AnswerAdmin(admin.ModelAdmin):
     @admin.display(description="Raw (as generated) | Final (citations finalized)")
     def texts_side_by_side(self, obj: Answer) -> SafeString:
         return format_html(
-            '<div style="display:grid;grid-template-columns:1fr 1fr;gap:1rem;width:100%">'
-            '<pre style="white-space:pre-wrap" data-text="raw">{}</pre>'
-            '<pre style="white-space:pre-wrap" data-text="final">{}</pre></div>',
+            '<div class="answers-side-by-side">'
+            '<pre data-text="raw">{}</pre>'
+            '<pre data-text="final">{}</pre></div>',
             obj.raw_text,
             obj.final_text,
         )

@@ -34,8 +34,6 @@ ALLOWED_ATTRIBUTES = {
     "code": {"class"},
     "span": {"class"},
     "ol": {"start"},
-    "th": {"style"},
-    "td": {"style"},
 }
 URL_SCHEMES = {"http", "https", "mailto"}
 
@@ -74,7 +72,6 @@ def sanitize_html(html: str) -> str:
         attributes=ALLOWED_ATTRIBUTES,
         url_schemes=URL_SCHEMES,
         link_rel="noopener noreferrer nofollow",
-        filter_style_properties={"text-align"},
     )
 
 

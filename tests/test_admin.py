@@ -154,9 +154,9 @@ def test_answer_change_page_shows_raw_beside_final_and_feedback(admin_client, re
     assert response.status_code == 200
     html = response.content.decode()
     grid = re.search(
-        r'<div style="display:grid;[^"]*">'
-        r'<pre style="white-space:pre-wrap" data-text="raw">(.*?)</pre>'
-        r'<pre style="white-space:pre-wrap" data-text="final">(.*?)</pre></div>',
+        r'<div class="answers-side-by-side">'
+        r'<pre data-text="raw">(.*?)</pre>'
+        r'<pre data-text="final">(.*?)</pre></div>',
         html,
         re.S,
     )
