@@ -11,9 +11,12 @@ import contextlib
 import json
 import logging
 import uuid
+from importlib import import_module
 from typing import Any
 
 from channels.db import database_sync_to_async
+from django.conf import settings
+from django.contrib.auth import SESSION_KEY, get_user_model
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from . import pipeline, selectors
@@ -87,10 +90,28 @@ class AnswerConsumer(AsyncJsonWebsocketConsumer):
         self.run = None
         self.task = asyncio.create_task(self._answer(content.get("question"), conversation_id))
 
+    def _current_user(self) -> Any:
+        """The asker as of now: a socket can outlive a session, an account or a group."""
+        user = self.scope["user"]
+        session = self.scope.get("session")
+        key = getattr(session, "session_key", None)
+        if key is not None:
+            # A fresh load: an expired or deleted session comes back empty.
+            store = import_module(settings.SESSION_ENGINE).SessionStore(session_key=key)
+            if str(store.load().get(SESSION_KEY)) != str(user.pk):
+                return None
+        return get_user_model().objects.filter(pk=user.pk, is_active=True).first()
+
     async def _answer(self, question: object, conversation_id: uuid.UUID | None) -> None:
+        user = await database_sync_to_async(self._current_user)()
+        if user is None:
+            await self._error("Your session has ended. Please log in again.", "signed_out")
+            await self.close(code=4401)
+            return
+        self.scope["user"] = user
         try:
             self.run = await pipeline.start_answer(
-                user=self.scope["user"], question=question, conversation_id=conversation_id
+                user=user, question=question, conversation_id=conversation_id
             )
         except pipeline.AskRefused as exc:
             await self._error(exc.message, exc.code)
