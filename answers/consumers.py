@@ -15,9 +15,9 @@ from importlib import import_module
 from typing import Any
 
 from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 from django.contrib.auth import SESSION_KEY, get_user_model
-from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from . import pipeline, selectors
 from .conf import answers_settings
