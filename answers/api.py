@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
-from ninja import Field, NinjaAPI, Query, Schema, Status
+from ninja import Field, NinjaAPI, Path, Query, Schema, Status
 
 from . import pipeline, selectors, services
 from .auth import api_auth
@@ -22,6 +22,11 @@ api = NinjaAPI(
     auth=api_auth,
     urls_namespace="answers-api",
 )
+
+
+# Database integers are 64-bit; larger ids and offsets cannot exist, so refuse them early.
+MAX_ID = 2**63 - 1
+MAX_OFFSET = 10**9
 
 
 class AskIn(Schema):
@@ -81,6 +86,13 @@ class ErrorOut(Schema):
     answer_id: int | None = None
 
 
+class InvalidOut(Schema):
+    """A refused body: our own message, or the validator's list of problems."""
+
+    detail: str | list[dict[str, Any]]
+    code: str | None = None
+
+
 @api.exception_handler(pipeline.AskRefused)
 def _ask_refused(request: HttpRequest, exc: pipeline.AskRefused) -> HttpResponse:
     return api.create_response(
@@ -95,7 +107,14 @@ def _not_found(request: HttpRequest, exc: selectors.NotFound) -> HttpResponse:
 
 @api.post(
     "/answers",
-    response={200: AnswerOut, 403: ErrorOut, 404: ErrorOut, 422: ErrorOut, 502: ErrorOut},
+    response={
+        200: AnswerOut,
+        403: ErrorOut,
+        404: ErrorOut,
+        422: InvalidOut,
+        429: ErrorOut,
+        502: ErrorOut,
+    },
     summary="Ask a question",
 )
 async def create_answer(request: HttpRequest, payload: AskIn) -> Any:
@@ -141,11 +160,11 @@ async def _server_sent_events(run: pipeline.AnswerRun) -> AsyncIterator[str]:
         sequence += 1
 
 
-@api.get("/answers", response=AnswerPageOut, summary="List your answers")
+@api.get("/answers", response={200: AnswerPageOut, 422: InvalidOut}, summary="List your answers")
 def list_answers(
     request: HttpRequest,
     limit: int = Query(20, ge=1, le=100),
-    offset: int = Query(0, ge=0),
+    offset: int = Query(0, ge=0, le=MAX_OFFSET),
 ) -> Any:
     answers = selectors.answer_list_for_user(user=request.auth)  # type: ignore[attr-defined]
     page = list(answers[offset : offset + limit])
@@ -167,8 +186,12 @@ def list_answers(
     }
 
 
-@api.get("/answers/{answer_id}", response={200: AnswerOut, 404: ErrorOut}, summary="One answer")
-def get_answer(request: HttpRequest, answer_id: int) -> Any:
+@api.get(
+    "/answers/{answer_id}",
+    response={200: AnswerOut, 404: ErrorOut, 422: InvalidOut},
+    summary="One answer",
+)
+def get_answer(request: HttpRequest, answer_id: int = Path(..., ge=1, le=MAX_ID)) -> Any:
     user = request.auth  # type: ignore[attr-defined]
     answer = selectors.answer_get_for_user(answer_id=answer_id, user=user)
     return selectors.answer_payload(answer=answer, user=user).as_dict()
@@ -176,10 +199,12 @@ def get_answer(request: HttpRequest, answer_id: int) -> Any:
 
 @api.post(
     "/answers/{answer_id}/feedback",
-    response={200: FeedbackOut, 404: ErrorOut, 409: ErrorOut},
+    response={200: FeedbackOut, 404: ErrorOut, 409: ErrorOut, 422: InvalidOut},
     summary="Rate an answer",
 )
-def give_feedback(request: HttpRequest, answer_id: int, payload: FeedbackIn) -> Any:
+def give_feedback(
+    request: HttpRequest, payload: FeedbackIn, answer_id: int = Path(..., ge=1, le=MAX_ID)
+) -> Any:
     user = request.auth  # type: ignore[attr-defined]
     answer = selectors.answer_get_for_user(answer_id=answer_id, user=user)
     if answer.status == Answer.Status.STREAMING:
