@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from html import escape
+from urllib.parse import urlsplit
 
 import nh3
 from markdown_it import MarkdownIt
@@ -58,6 +59,19 @@ def _make_markdown() -> MarkdownIt:
 
 
 _MARKDOWN = _make_markdown()
+
+
+def safe_url(url: str) -> str | None:
+    """``url`` if following it cannot run anything here (http(s), mailto, or a path or
+    fragment on this site); otherwise None."""
+    value = (url or "").strip()
+    if not value:
+        return None
+    parts = urlsplit(value)
+    if parts.scheme:
+        return value if parts.scheme.lower() in URL_SCHEMES else None
+    # "//host" leaves the site; "/path" and "#fragment" stay on it.
+    return value if value.startswith(("/", "#")) and not value.startswith("//") else None
 
 
 def source_anchor(anchor_prefix: str, number: int) -> str:

@@ -13,7 +13,7 @@ from django.db.models import Prefetch, Q, QuerySet
 from .conf import answers_settings
 from .models import Answer, ApiToken, Chunk, Conversation, Document, Question, RetrievedSource
 from .prompt import PriorTurn
-from .rendering import source_anchor
+from .rendering import safe_url, source_anchor
 from .types import AnswerPayload, Candidate, Reference
 
 AnyUser = User | AnonymousUser
@@ -145,8 +145,10 @@ def excerpt_of(texts: Iterable[str]) -> str:
 
 
 def reference_url(*, document_id: int, url: str, ordinal: int | None) -> str:
-    if url:
-        return url
+    """The document's own URL when it is safe to follow, else its page on this site."""
+    external = safe_url(url)
+    if external:
+        return external
     from django.urls import reverse
 
     path = reverse("answers:document", kwargs={"document_id": document_id})
