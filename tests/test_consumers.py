@@ -246,21 +246,6 @@ async def test_a_deactivated_users_socket_is_closed_at_the_next_question(corpus,
     assert (await comm.receive_output(timeout=5))["type"] == "websocket.close"
 
 
-async def test_an_expired_session_on_an_open_socket_ends_with_a_clear_message(
-    corpus, asker, client
-):
-    from django.contrib.sessions.models import Session
-
-    comm = await logged_in(client, asker)
-    assert (await comm.connect())[0]
-    await Session.objects.all().adelete()  # expired, or logged out elsewhere
-    await comm.send_json_to({"type": "ask", "question": "What is a lambda expression?"})
-    error = await comm.receive_json_from(timeout=5)
-    assert error["code"] == "signed_out" and "log in" in error["message"]
-    close = await comm.receive_output(timeout=5)
-    assert close == {"type": "websocket.close", "code": 4401}
-
-
 async def test_group_changes_apply_to_the_next_question_on_an_open_socket(corpus, member, client):
     comm = await logged_in(client, member)
     assert (await comm.connect())[0]
