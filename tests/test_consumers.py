@@ -12,10 +12,9 @@ from channels.testing import WebsocketCommunicator
 from answers.models import Answer
 from config.asgi import application
 from tests.corpus import RESTRICTED
+from tests.sockets import ORIGIN, receive_until_final, session_socket
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-ORIGIN = (b"origin", b"http://testserver")
 
 
 async def communicator(user=None, *, origin=ORIGIN, host=b"testserver"):
@@ -29,19 +28,7 @@ async def communicator(user=None, *, origin=ORIGIN, host=b"testserver"):
 
 
 async def logged_in(client, user):
-    await database_sync_to_async(client.force_login)(user)
-    cookie = client.cookies["sessionid"].value
-    headers = [(b"host", b"testserver"), ORIGIN, (b"cookie", f"sessionid={cookie}".encode())]
-    return WebsocketCommunicator(application, "/ws/answers/", headers=headers)
-
-
-async def receive_until_final(comm, timeout=5):
-    messages = []
-    while True:
-        message = await comm.receive_json_from(timeout=timeout)
-        messages.append(message)
-        if message["type"] in ("done", "error"):
-            return messages
+    return await session_socket(client, user)
 
 
 async def test_events_arrive_in_order_with_server_rendered_panels(corpus, asker, client):
