@@ -93,3 +93,14 @@ def test_query_terms_drop_filler_but_keep_code_keywords():
         "for",
         "loops",
     ]
+
+
+def test_words_in_most_chunks_do_not_change_the_ranking():
+    backend = get_search_backend()
+    plain = backend.search("lambda expression", limit=5)
+    padded = backend.search("lambda expression is in for with not", limit=5)
+    assert [h.chunk_id for h in padded][:3] == [h.chunk_id for h in plain][:3]
+
+
+def test_a_question_made_only_of_common_words_still_searches():
+    assert get_search_backend().search("is in", limit=5)

@@ -15,6 +15,7 @@ distinctive words the corpus never uses cannot score high, on any corpus.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 
 from django.db import connection
 from django.db.backends.utils import CursorWrapper
@@ -42,17 +43,21 @@ class SQLiteFTS5Backend:
             stems = self._stems(cursor, terms)
             if not stems:
                 return []
-            bound = self._score_bound(cursor, stems)
+            doc_counts, rows = self._doc_counts(cursor, set(stems.values()))
+            bound = self._score_bound(stems.values(), doc_counts, rows)
+            # A term in half the chunks or more has an idf FTS5 clamps to ~0: it cannot move
+            # a score, but matching it makes FTS5 rank nearly every row. Leave it out.
+            useful = [t for t, stem in stems.items() if doc_counts.get(stem, 0) < rows / 2]
             cursor.execute(
                 f"SELECT rowid, rank FROM {FTS_TABLE} WHERE {FTS_TABLE} MATCH %s "  # noqa: S608
                 "ORDER BY rank LIMIT %s",
-                [" OR ".join(_quote(stem) for stem in stems), limit],
+                [" OR ".join(_quote(term) for term in useful or stems), limit],
             )
-            rows = cursor.fetchall()
-        return [SearchHit(chunk_id=row[0], score=min(1.0, -row[1] / bound)) for row in rows]
+            hits = cursor.fetchall()
+        return [SearchHit(chunk_id=row[0], score=min(1.0, -row[1] / bound)) for row in hits]
 
-    def _stems(self, cursor: CursorWrapper, terms: list[str]) -> list[str]:
-        """The query's terms as the index stores them (stemmed by FTS5 itself)."""
+    def _stems(self, cursor: CursorWrapper, terms: list[str]) -> dict[str, str]:
+        """Each query term with its stem as the index stores it (FTS5's own tokenizer)."""
         # A per-connection scratch index runs the exact tokenizer the corpus used.
         cursor.execute(
             "CREATE VIRTUAL TABLE IF NOT EXISTS temp.answers_query_terms "
@@ -63,22 +68,30 @@ class SQLiteFTS5Backend:
             "USING fts5vocab(temp, answers_query_terms, instance)"
         )
         cursor.execute("DELETE FROM temp.answers_query_terms")
-        cursor.execute("INSERT INTO temp.answers_query_terms(q) VALUES (%s)", [" ".join(terms)])
-        cursor.execute("SELECT term FROM temp.answers_query_terms_vocab ORDER BY offset")
-        seen: dict[str, None] = {}
-        for (term,) in cursor.fetchall():
-            seen.setdefault(term, None)
-        return list(seen)
+        # One row per term, keyed by its position, so each stem is known to be its term's.
+        cursor.executemany(
+            "INSERT INTO temp.answers_query_terms(rowid, q) VALUES (%s, %s)",
+            list(enumerate(terms)),
+        )
+        cursor.execute("SELECT doc, term FROM temp.answers_query_terms_vocab ORDER BY doc, offset")
+        stems: dict[str, str] = {}
+        for position, stem in cursor.fetchall():
+            stems.setdefault(terms[position], stem)
+        return stems
 
-    def _score_bound(self, cursor: CursorWrapper, stems: list[str]) -> float:
+    def _doc_counts(self, cursor: CursorWrapper, stems: set[str]) -> tuple[dict[str, int], int]:
         placeholders = ", ".join(["%s"] * len(stems))
         cursor.execute(
             f"SELECT term, doc FROM {VOCAB_TABLE} WHERE term IN ({placeholders})",  # noqa: S608
-            stems,
+            list(stems),
         )
         doc_counts = dict(cursor.fetchall())
         cursor.execute("SELECT count(*) FROM answers_chunk")
         (rows,) = cursor.fetchone()
+        return doc_counts, rows
+
+    @staticmethod
+    def _score_bound(stems: Iterable[str], doc_counts: dict[str, int], rows: int) -> float:
         total_idf = 0.0
         for stem in stems:
             hits = doc_counts.get(stem, 0)

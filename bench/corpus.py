@@ -1,0 +1,135 @@
+"""Real documents for the benchmarks, and fast ways to load many copies of them.
+
+The corpus grows by replicating WHOLE documents (each copy with a distinct title
+suffix), never by reshuffling sentences, so term statistics stay those of real text.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from django.db import transaction
+
+from answers.ingestion import ChunkSpan, ExtractionError, chunk_text, content_hash, extract_text
+from answers.management.commands.ingest import PYTHON_DOCS_URL, python_doc_topics
+from answers.models import Chunk, Document
+
+CHUNK_SIZE = 1200  # the app's default ANSWERS["CHUNK_SIZE"]
+# Debian's python3.11-doc ships the reST sources of the whole documentation.
+DEBIAN_DOC_ROOTS = (
+    Path("/usr/share/doc/python3.11/html/_sources"),
+    Path("/usr/share/doc/python3.11-doc/html/_sources"),
+)
+# The same split as FTS5's unicode61 tokenizer (and answers.search.base).
+_WORD = re.compile(r"[^\W_]+")
+
+
+def words(text: str) -> list[str]:
+    return _WORD.findall(text.lower())
+
+
+@dataclass(frozen=True)
+class SourceDocument:
+    key: str
+    title: str
+    body: str
+    url: str
+    spans: tuple[ChunkSpan, ...]
+    digest: str
+
+
+def source_document(key: str, title: str, body: str, url: str = "") -> SourceDocument:
+    spans = tuple(chunk_text(body, size=CHUNK_SIZE))
+    return SourceDocument(key, title, body, url, spans, content_hash(body))
+
+
+def python_topics() -> list[SourceDocument]:
+    """The demo corpus: one document per language reference topic."""
+    return [
+        source_document(f"python-docs:{topic}", topic, text, f"{PYTHON_DOCS_URL}#{topic}")
+        for topic, text in python_doc_topics()
+    ]
+
+
+def debian_doc_root() -> Path | None:
+    return next((root for root in DEBIAN_DOC_ROOTS if root.is_dir()), None)
+
+
+def debian_docs() -> list[SourceDocument]:
+    """The reST sources of python3.11-doc, if installed (``apt-get install python3.11-doc``)."""
+    root = debian_doc_root()
+    if root is None:
+        return []
+    documents = []
+    for path in sorted(root.rglob("*.txt")):
+        try:
+            extracted = extract_text(
+                data=path.read_bytes(), suffix=".rst", fallback_title=path.stem
+            )
+        except ExtractionError:
+            continue  # a few include files are empty
+        key = f"debian-doc:{path.relative_to(root)}"
+        documents.append(source_document(key, extracted.title, extracted.body))
+    return documents
+
+
+def chunk_count(documents: list[SourceDocument]) -> int:
+    return sum(len(d.spans) for d in documents)
+
+
+def insert_documents(documents: list[tuple[SourceDocument, str, str]]) -> int:
+    """Insert ``(document, title, source_key)`` rows and their chunks with two bulk_creates.
+
+    The FTS5 index is filled by the chunk insert trigger, as for any other write.
+    """
+    with transaction.atomic():
+        rows = Document.objects.bulk_create(
+            [
+                Document(title=title, source_key=key, url=d.url, body=d.body, content_hash=d.digest)
+                for d, title, key in documents
+            ],
+            batch_size=500,
+        )
+        chunks = [
+            Chunk(document=row, ordinal=s.ordinal, text=s.text, start=s.start, end=s.end)
+            for row, (d, _, _) in zip(rows, documents, strict=True)
+            for s in d.spans
+        ]
+        Chunk.objects.bulk_create(chunks, batch_size=500)
+    return len(chunks)
+
+
+def replica_title(document: SourceDocument, copy: int) -> str:
+    return document.title if copy == 1 else f"{document.title} (copy {copy})"
+
+
+class ReplicatedCorpus:
+    """Copies 1, 2, 3, ... of every document, inserted until the index holds ``target`` chunks."""
+
+    BATCH = 200
+
+    def __init__(self, documents: list[SourceDocument]) -> None:
+        self.documents = documents
+        self.chunks = 0
+        # Inserted (document, copy) pairs, in order: what rank_bm25 must index too.
+        self.inserted: list[tuple[SourceDocument, int]] = []
+        self._pending: Iterator[tuple[int, SourceDocument]] = (
+            (copy, document) for copy in itertools.count(1) for document in documents
+        )
+
+    def grow_to(self, target: int) -> None:
+        while self.chunks < target:
+            batch: list[tuple[SourceDocument, int]] = []
+            planned = self.chunks
+            while planned < target and len(batch) < self.BATCH:
+                copy, document = next(self._pending)
+                batch.append((document, copy))
+                planned += len(document.spans)
+            self.chunks += insert_documents(
+                [(d, replica_title(d, copy), f"bench:{copy}:{d.key}") for d, copy in batch]
+            )
+            self.inserted += batch

@@ -1,0 +1,106 @@
+"""3. Database queries per answer, and 4. time from request to the ``references`` event."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from asgiref.sync import async_to_sync
+from django.contrib.auth.models import Permission, User
+from django.db import connection
+from django.test.utils import CaptureQueriesContext, override_settings
+
+from answers import pipeline, selectors
+from answers.retrieval import search_hits
+from tests.providers import ScriptedProvider
+
+from .questions import BROAD_QUESTION, LATENCY_QUESTIONS
+from .report import Row, median, p95
+
+QUERIES_SECTION = "3. database queries per answer"
+LATENCY_SECTION = "4. request -> references event"
+SOURCE_COUNTS = (1, 8, 32)
+PROVIDER = "tests.providers.ScriptedProvider"
+# The per-user abuse limits would refuse a benchmark's many questions.
+NO_LIMITS = {"QUESTIONS_PER_MINUTE": 1_000_000, "MAX_CONCURRENT_STREAMS": 1_000_000}
+
+
+def asker(username: str = "bench-asker") -> User:
+    """A plain user with the ask permission (not a superuser: access checks run in full)."""
+    user, created = User.objects.get_or_create(username=username)
+    if created:
+        user.user_permissions.add(Permission.objects.get(codename="ask_question"))
+    return user
+
+
+def _answers(**overrides: Any) -> dict[str, Any]:
+    return {"PROVIDER": PROVIDER, **NO_LIMITS, **overrides}
+
+
+def queries_per_answer() -> list[Row]:
+    counts: dict[int, int] = {}
+    found: dict[int, int] = {}
+    for n in SOURCE_COUNTS:
+        settings = _answers(MAX_SOURCES=n, SCORE_THRESHOLD=0, CANDIDATES=100)
+        with override_settings(ANSWERS=settings):
+            ScriptedProvider.script = [
+                "The answer",
+                *(f" cites [{i}]" for i in range(1, n + 1)),
+                ".",
+            ]
+            user = User.objects.get(pk=asker().pk)  # fresh: no permission cache
+            with CaptureQueriesContext(connection) as captured:
+                done = async_to_sync(pipeline.answer_question)(user=user, question=BROAD_QUESTION)
+            counts[n] = len(captured.captured_queries)
+            found[n] = len(done.answer.references) if isinstance(done, pipeline.DoneEvent) else 0
+    rows = []
+    for n in SOURCE_COUNTS:
+        note = "" if found[n] == n else f"only {found[n]} source(s) cited; the question found fewer"
+        rows.append(
+            Row(QUERIES_SECTION, f"queries per answer, {n} source(s) cited", counts[n],
+                counts[1], "", "1 source", ("==", 1.0), note=note)
+        )  # fmt: skip
+    return rows
+
+
+async def _time_to_references(user: User, question: str) -> float:
+    start = time.perf_counter()
+    run = await pipeline.start_answer(user=user, question=question)
+    events = run.events()
+    first = await anext(events)
+    elapsed = time.perf_counter() - start
+    assert first.type == "references"
+    async for _ in events:  # finish it, so it is not left streaming
+        pass
+    return elapsed
+
+
+def _retrieval(question: str) -> float:
+    start = time.perf_counter()
+    hits = search_hits(question=question, previous_question=None)
+    selectors.candidates_for_hits(hits=((h.chunk_id, h.score) for h in hits))
+    return time.perf_counter() - start
+
+
+def time_to_references() -> list[Row]:
+    with override_settings(ANSWERS=_answers()):
+        ScriptedProvider.script = ["Short answer [1]."]
+        user = asker()
+        measure = async_to_sync(_time_to_references)
+        for question in LATENCY_QUESTIONS[:3]:  # warm-up: imports, caches, temp tables
+            measure(user, question)
+            _retrieval(question)
+        app, alone = [], []
+        for question in LATENCY_QUESTIONS:
+            alone.append(_retrieval(question))
+            app.append(measure(user, question))
+    overhead = median(app) - median(alone)
+    target = (median(alone) + 0.010) / median(alone)
+    return [
+        Row(LATENCY_SECTION, "time to references event, median", median(app), median(alone),
+            "s", "retrieval alone", ("<=", round(target, 2)),
+            note=f"target = retrieval + 10 ms; median overhead {overhead * 1000:.1f} ms over "
+            f"{len(app)} questions"),
+        Row(LATENCY_SECTION, "time to references event, p95", p95(app), p95(alone), "s",
+            "retrieval alone", None),
+    ]  # fmt: skip

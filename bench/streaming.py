@@ -1,0 +1,147 @@
+"""6. Streaming: N concurrent WebSocket clients against the app under daphne, and against
+a bare Channels consumer sending the same number of frames (``bench.bare_asgi``).
+
+The clients run in their own process (``bench.ws_clients``, autobahn's asyncio client):
+all connect first, then all ask at once, and the clock runs from then to the last close.
+Each client is a different logged-in user, as the per-user limits allow one stream each.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from django.contrib.auth.models import Permission, User
+from django.test import Client
+
+from .db import Databases
+from .questions import LATENCY_QUESTIONS
+from .report import Row
+
+SECTION = "6. streaming over WebSocket (aggregate)"
+REPO = Path(__file__).resolve().parent.parent
+RUN_TIMEOUT = 90.0
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextlib.contextmanager
+def daphne(app: str, database: Path, log: Path) -> Iterator[int]:
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if k not in ("ANSWERS_PROVIDER", "ANSWERS_MODEL")}
+    env.update(
+        DJANGO_SETTINGS_MODULE="tests.settings",
+        DATABASE_URL=f"sqlite:///{database}",
+        DJANGO_SECURE_COOKIES="0",  # plain http: a Secure cookie would never be sent
+        ANSWERS_EXTRACTIVE_DELAY="0",
+        DJANGO_LOG_LEVEL="WARNING",
+        PYTHONPATH=str(REPO),
+    )
+    command = [str(Path(sys.executable).with_name("daphne")), "-v", "0"]
+    command += ["-b", "127.0.0.1", "-p", str(port), app]
+    with log.open("ab") as output:
+        process = subprocess.Popen(
+            command, cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=output,
+            stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError(f"daphne exited:\n{log.read_text()[-2000:]}")
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError("daphne did not start listening")
+            time.sleep(0.05)
+        yield port
+    finally:
+        process.terminate()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def _session_cookies(count: int) -> list[str]:
+    """A session cookie for each of ``count`` users with the ask permission."""
+    permission = Permission.objects.get(codename="ask_question")
+    cookies = []
+    for index in range(count):
+        user, created = User.objects.get_or_create(username=f"bench-ws-{index}")
+        if created:
+            user.user_permissions.add(permission)
+        client = Client()
+        client.force_login(user)
+        cookies.append(client.cookies["sessionid"].value)
+    return cookies
+
+
+def _measure(url: str, port: int, cookies: list[str], messages: list[str]) -> dict[str, Any]:
+    spec = {
+        "url": url,
+        "origin": f"http://127.0.0.1:{port}",
+        "cookies": cookies,
+        "messages": messages,
+        "timeout": RUN_TIMEOUT,
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.ws_clients"],
+        cwd=REPO, input=json.dumps(spec), capture_output=True, text=True, check=False,
+        timeout=RUN_TIMEOUT + 30,
+    )  # fmt: skip
+    if done.returncode:
+        raise RuntimeError(f"the WebSocket clients failed:\n{done.stderr[-3000:]}")
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result
+
+
+def _ask(index: int) -> str:
+    question = LATENCY_QUESTIONS[index % len(LATENCY_QUESTIONS)]
+    return json.dumps({"type": "ask", "question": question})
+
+
+def run(dbs: Databases, log: Path, *, full: bool) -> list[Row]:
+    counts = (50, 200, 500) if full else (50, 200)
+    cookies = _session_cookies(max(counts))
+    dbs.release()  # daphne must see the sessions (and nothing may hold the write lock)
+    rows = []
+    app = daphne("config.asgi:application", dbs.main, log)
+    bare = daphne("bench.bare_asgi:application", dbs.main, log)
+    with app as app_port, bare as bare_port:
+        for count in counts:
+            url = f"ws://127.0.0.1:{app_port}/ws/answers/"
+            result = _measure(url, app_port, cookies[:count], [_ask(i) for i in range(count)])
+            streams, elapsed = result["streams"], result["seconds"]
+            tokens = sum(s["tokens"] for s in streams)
+            complete = sum(s["outcome"] == "complete" for s in streams)
+            # The bare consumer sends what an average answer sent: as many, as long frames.
+            frames = max(1, round(tokens / count))
+            chars = max(1, round(sum(s["chars"] for s in streams) / max(tokens, 1)))
+            url = f"ws://127.0.0.1:{bare_port}/?frames={frames}&chars={chars}"
+            # The bare run takes a fraction of a second: keep its best of three.
+            floor = min(
+                (_measure(url, bare_port, [""] * count, ["go"] * count) for _ in range(3)),
+                key=lambda result: result["seconds"],
+            )
+            floor_tokens = sum(s["tokens"] for s in floor["streams"])
+            rows.append(
+                Row(SECTION, f"{count} clients, tokens/s", tokens / elapsed,
+                    floor_tokens / floor["seconds"], "tokens/s", "bare consumer", None,
+                    note=f"{complete}/{count} answers complete, {frames} tokens each on "
+                    f"average; {elapsed:.2f} s vs {floor['seconds']:.2f} s bare")
+            )  # fmt: skip
+    return rows
