@@ -15,7 +15,7 @@ from rank_bm25 import BM25Okapi
 
 from answers.models import Chunk
 from answers.search.base import query_terms
-from answers.search.sqlite_fts5 import FTS_TABLE, VOCAB_TABLE, SQLiteFTS5Backend, _quote
+from answers.search.sqlite_fts5 import FTS_TABLE, SQLiteFTS5Backend
 
 from .corpus import ReplicatedCorpus, words
 from .questions import HIT_QUESTIONS, LATENCY_QUESTIONS
@@ -99,26 +99,14 @@ def _latencies(fns: dict[str, Callable[[str], object]], reps: int) -> dict[str, 
     return out
 
 
-def _match_expressions(backend: SQLiteFTS5Backend) -> tuple[dict[str, str], dict[str, str]]:
-    """Per question: the MATCH expression exactly as the backend builds it, and the same
-    without the terms found in more than half the chunks (whose idf FTS5 clamps to ~0)."""
-    full: dict[str, str] = {}
-    pruned: dict[str, str] = {}
+def _match_expressions(backend: SQLiteFTS5Backend) -> dict[str, str]:
+    """Per question: the MATCH expression exactly as the backend builds it."""
     with connection.cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM answers_chunk")
-        (total,) = cursor.fetchone()
-        for question in LATENCY_QUESTIONS:
-            stems = backend._stems(cursor, query_terms(question))
-            placeholders = ", ".join(["%s"] * len(stems))
-            cursor.execute(
-                f"SELECT term, doc FROM {VOCAB_TABLE} WHERE term IN ({placeholders})",
-                stems,
-            )
-            counts = dict(cursor.fetchall())
-            kept = [stem for stem in stems if counts.get(stem, 0) <= total / 2] or stems
-            full[question] = " OR ".join(_quote(stem) for stem in stems)
-            pruned[question] = " OR ".join(_quote(stem) for stem in kept)
-    return full, pruned
+        return {
+            question: planned[0]
+            for question in LATENCY_QUESTIONS
+            if (planned := backend.plan(cursor, question)) is not None
+        }
 
 
 def _raw(matches: dict[str, str]) -> Callable[[str], object]:
@@ -132,16 +120,14 @@ def _raw(matches: dict[str, str]) -> Callable[[str], object]:
 
 def latency(corpus: ReplicatedCorpus, label: str, *, reps: int, bm25_reps: int) -> list[Row]:
     backend = SQLiteFTS5Backend()
-    full, pruned = _match_expressions(backend)
     sql = _latencies(
         {
             "fts": lambda q: backend.search(q, limit=LIMIT),
-            "floor": _raw(full),
-            "what_if": _raw(pruned),
+            "floor": _raw(_match_expressions(backend)),
         },
         reps,
     )
-    fts, floor, what_if = sql["fts"], sql["floor"], sql["what_if"]
+    fts, floor = sql["fts"], sql["floor"]
     start = time.perf_counter()
     index = Bm25Index(_chunk_rows())
     build = time.perf_counter() - start
@@ -158,7 +144,4 @@ def latency(corpus: ReplicatedCorpus, label: str, *, reps: int, bm25_reps: int) 
             note=f"<= 0.01 means >= 100x faster; rank_bm25 index build {build:.1f} s"),
         Row(LATENCY_SECTION, f"FTS5 backend vs rank_bm25 p95 {size}", p95(fts), p95(bm25), "s",
             "rank_bm25", speed_target),
-        Row(LATENCY_SECTION, f"what-if: raw SQL minus terms in >50% of chunks, median {size}",
-            median(what_if), median(floor), "s", "raw FTS5 SQL", None,
-            note="not app code: the same MATCH without terms FTS5 scores at idf ~0"),
     ]  # fmt: skip

@@ -36,25 +36,31 @@ class SQLiteFTS5Backend:
     name = "sqlite-fts5"
 
     def search(self, query: str, *, limit: int) -> list[SearchHit]:
-        terms = query_terms(query)
-        if not terms:
-            return []
         with connection.cursor() as cursor:
-            stems = self._stems(cursor, terms)
-            if not stems:
+            planned = self.plan(cursor, query)
+            if planned is None:
                 return []
-            doc_counts, rows = self._doc_counts(cursor, set(stems.values()))
-            bound = self._score_bound(stems.values(), doc_counts, rows)
-            # A term in half the chunks or more has an idf FTS5 clamps to ~0: it cannot move
-            # a score, but matching it makes FTS5 rank nearly every row. Leave it out.
-            useful = [t for t, stem in stems.items() if doc_counts.get(stem, 0) < rows / 2]
+            expression, bound = planned
             cursor.execute(
                 f"SELECT rowid, rank FROM {FTS_TABLE} WHERE {FTS_TABLE} MATCH %s "  # noqa: S608
                 "ORDER BY rank LIMIT %s",
-                [" OR ".join(_quote(term) for term in useful or stems), limit],
+                [expression, limit],
             )
             hits = cursor.fetchall()
         return [SearchHit(chunk_id=row[0], score=min(1.0, -row[1] / bound)) for row in hits]
+
+    def plan(self, cursor: CursorWrapper, query: str) -> tuple[str, float] | None:
+        """The MATCH expression for ``query`` and the bound its scores are divided by."""
+        terms = query_terms(query)
+        stems = self._stems(cursor, terms) if terms else {}
+        if not stems:
+            return None
+        doc_counts, rows = self._doc_counts(cursor, set(stems.values()))
+        bound = self._score_bound(stems.values(), doc_counts, rows)
+        # A term in half the chunks or more has an idf FTS5 clamps to ~0: it cannot move a
+        # score, but matching it makes FTS5 rank nearly every row. Leave it out.
+        useful = [t for t, stem in stems.items() if doc_counts.get(stem, 0) < rows / 2]
+        return " OR ".join(_quote(term) for term in useful or stems), bound
 
     def _stems(self, cursor: CursorWrapper, terms: list[str]) -> dict[str, str]:
         """Each query term with its stem as the index stores it (FTS5's own tokenizer)."""
