@@ -5,10 +5,9 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Iterable
-from typing import Any
 
 from django.contrib.auth.models import AnonymousUser, User
-from django.db.models import Prefetch, Q, QuerySet
+from django.db.models import Q, QuerySet
 
 from .conf import answers_settings
 from .models import Answer, ApiToken, Chunk, Conversation, Document, Question, RetrievedSource
@@ -106,11 +105,6 @@ def conversation_history(*, conversation: Conversation) -> list[PriorTurn]:
         text = (answer.final_text or answer.raw_text) if answer else ""
         turns.append(PriorTurn(question=question.text, answer=text[:chars]))
     return list(reversed(turns))[-limit:] if limit else []
-
-
-def conversation_last_question(*, conversation: Conversation) -> str | None:
-    question = Question.objects.filter(conversation=conversation).order_by("-turn").first()
-    return question.text if question else None
 
 
 def _answers_base() -> QuerySet[Answer]:
@@ -246,7 +240,3 @@ def answer_admin_queryset() -> QuerySet[Answer]:
         feedback_up=Count("feedback", filter=Q(feedback__rating="up"), distinct=True),
         feedback_down=Count("feedback", filter=Q(feedback__rating="down"), distinct=True),
     )
-
-
-def question_prefetch() -> Prefetch[Any]:
-    return Prefetch("retrieved_sources", queryset=RetrievedSource.objects.order_by("rank"))
