@@ -96,3 +96,15 @@ def test_hostile_titles_and_urls_are_escaped_and_neutralized_in_the_panel():
     soup = BeautifulSoup(html, "html.parser")
     assert soup.find("script") is None and soup.find("img") is None
     assert soup.select_one(".source-title")["href"] == "#"
+
+
+def test_each_source_links_to_its_document_in_the_corpus(client, asker, scripted):
+    scripted.script = ["Lambdas [1]."]
+    done = ask(user=asker, question="What is a lambda expression?")
+    client.force_login(asker)
+    soup = BeautifulSoup(client.get(f"/answers/{done.answer.answer_id}/").content, "html.parser")
+    entry = soup.select_one("[data-sources-panel] li.source")
+    reference = done.answer.references[0]
+    assert entry.select_one(".source-title")["href"] == reference.url  # the original
+    assert entry.select_one(".source-document")["href"] == f"/documents/{reference.document_id}/"
+    assert entry.select_one(".excerpt").get_text() == reference.excerpt
