@@ -15,7 +15,7 @@ No Django imports: this module is the contract, and is tested as such.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -80,6 +80,7 @@ def format_marker(numbers: Sequence[int]) -> str:
 def rewrite_markers(
     text: str,
     replace: Callable[[Marker], str | None],
+    markers: Iterable[Marker] | None = None,
 ) -> str:
     """Rebuild ``text`` with each marker replaced by ``replace(marker)``.
 
@@ -88,7 +89,7 @@ def rewrite_markers(
     """
     pieces: list[str] = []
     position = 0
-    for marker in iter_markers(text):
+    for marker in iter_markers(text) if markers is None else markers:
         replacement = replace(marker)
         if replacement is None:
             continue
@@ -120,10 +121,10 @@ def strip_out_of_range_markers(text: str, count: int) -> str:
     return rewrite_markers(text, replace)
 
 
-def cited_numbers(text: str) -> list[int]:
+def cited_numbers(text: str, markers: Iterable[Marker] | None = None) -> list[int]:
     """Distinct cited numbers in first-citation order."""
     seen: dict[int, None] = {}
-    for marker in iter_markers(text):
+    for marker in iter_markers(text) if markers is None else markers:
         for number in marker.numbers:
             seen.setdefault(number, None)
     return list(seen)
@@ -152,7 +153,8 @@ def finalize_citations(text: str, sources: Sequence[T]) -> FinalizedCitations[T]
     nothing is cited, the text and sources are returned untouched (the ADR's fallback for
     providers that ignore the contract).
     """
-    order = [n for n in cited_numbers(text) if 1 <= n <= len(sources)]
+    markers = list(iter_markers(text))  # one scan serves both passes below
+    order = [n for n in cited_numbers(text, markers) if 1 <= n <= len(sources)]
     if not order:
         return FinalizedCitations(text, list(sources), {}, fallback=True)
     number_map = {old: new for new, old in enumerate(order, start=1)}
@@ -176,7 +178,7 @@ def finalize_citations(text: str, sources: Sequence[T]) -> FinalizedCitations[T]
                 numbers.append(new)
         return format_marker(numbers) if numbers else ""
 
-    final_text = rewrite_markers(text, replace)
+    final_text = rewrite_markers(text, replace, markers)
     final_sources = [sources[old - 1] for old in order]
     return FinalizedCitations(final_text, final_sources, number_map, fallback=False)
 
