@@ -7,13 +7,16 @@ and the clock runs from that moment to the last close, so handshakes and daphne'
 backlog do not blur the streaming figure.
 
 The spec is ``{"url", "origin", "cookies": [...], "messages": [...], "timeout"}``; the
-answer, on stdout, is ``{"seconds", "streams": [{"tokens", "chars", "outcome"}, ...]}``.
+answer, on stdout, is ``{"seconds", "streams": [{"tokens", "chars", "outcome", "gaps"}, ...]}``.
+``gaps`` lists, for each ``t<time.time()>`` stamp in the token text (``bench.providers``),
+arrival minus emission in ms, the arrival being that of the message completing the stamp.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import re
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -23,6 +26,8 @@ from urllib.parse import urlparse
 from autobahn.asyncio.websocket import WebSocketClientFactory, WebSocketClientProtocol
 
 HANDSHAKES_AT_ONCE = 32
+# Emitted with 6 decimals, so a stamp is complete once it has all six.
+_STAMP = re.compile(r"t(\d+\.\d{6})")
 
 
 @dataclass
@@ -30,6 +35,8 @@ class Stream:
     tokens: int = 0
     chars: int = 0
     outcome: str = ""
+    gaps: list[float] = field(default_factory=list)
+    pending: str = field(default="", repr=False)
 
 
 @dataclass
@@ -60,8 +67,20 @@ class _Protocol(WebSocketClientProtocol):
         message = json.loads(payload)
         stream = self.factory.client.stream
         if message.get("type") == "token":
+            arrival = time.time()
+            text = message.get("text", "")
             stream.tokens += 1
-            stream.chars += len(message.get("text", ""))
+            stream.chars += len(text)
+            if "t" in text or stream.pending:
+                stream.pending += text
+                end = 0
+                for match in _STAMP.finditer(stream.pending):
+                    stream.gaps.append(round((arrival - float(match.group(1))) * 1000, 3))
+                    end = match.end()
+                # Keep only what may still be the start of a stamp.
+                rest = stream.pending[end:]
+                start = rest.rfind("t")
+                stream.pending = rest[start:] if start >= 0 else ""
         elif message.get("type") in ("done", "error"):
             stream.outcome = message.get("status") or message["type"]
             self.sendClose()
@@ -98,8 +117,14 @@ async def run(spec: dict[str, Any]) -> dict[str, Any]:
     await asyncio.gather(*(client.closed for client in clients))
     return {
         "seconds": time.perf_counter() - start,
-        "streams": [asdict(client.stream) for client in clients],
+        "streams": [_public(client.stream) for client in clients],
     }
+
+
+def _public(stream: Stream) -> dict[str, Any]:
+    data = asdict(stream)
+    del data["pending"]
+    return data
 
 
 def main() -> None:
