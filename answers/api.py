@@ -13,6 +13,7 @@ from ninja import Field, NinjaAPI, Path, Query, Schema, Status
 
 from . import pipeline, selectors, services
 from .auth import api_auth
+from .conf import answers_settings
 from .models import Answer
 
 api = NinjaAPI(
@@ -154,7 +155,8 @@ async def create_answer(request: HttpRequest, payload: AskIn) -> Any:
 
 async def _server_sent_events(run: pipeline.AnswerRun) -> AsyncIterator[str]:
     sequence = 0
-    async for event in run.events():
+    window = int(answers_settings.STREAM_COALESCE_MS) / 1000
+    async for event in pipeline.coalesced(run.events(), window=window):
         data = json.dumps(event.as_dict(), separators=(",", ":"))
         yield f"id: {sequence}\nevent: {event.type}\ndata: {data}\n\n"
         sequence += 1

@@ -31,6 +31,7 @@ _NUMBERS: dict[str, tuple[type, float, float | None]] = {
     "RETRY_BACKOFF": (float, 0.0, 60),
     "MAX_CONCURRENT_STREAMS": (int, 1, 1000),
     "QUESTIONS_PER_MINUTE": (int, 1, 100_000),
+    "STREAM_COALESCE_MS": (int, 0, 1000),
 }
 
 

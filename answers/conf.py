@@ -65,6 +65,8 @@ DEFAULTS: dict[str, Any] = {
     # Abuse limits, per user: answers being generated at once, and questions a minute.
     "MAX_CONCURRENT_STREAMS": 2,
     "QUESTIONS_PER_MINUTE": 20,
+    # Streamed tokens arriving within this many milliseconds go out as one frame (0: off).
+    "STREAM_COALESCE_MS": 0,
 }
 
 _PROVIDER_ALIASES = {

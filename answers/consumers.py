@@ -118,7 +118,8 @@ class AnswerConsumer(AsyncJsonWebsocketConsumer):
             return
         answer_id = self.run.answer.pk
         try:
-            async for event in self.run.events():
+            window = int(answers_settings.STREAM_COALESCE_MS) / 1000
+            async for event in pipeline.coalesced(self.run.events(), window=window):
                 message = {"type": event.type, **event.as_dict()}
                 if isinstance(event, pipeline.ReferencesEvent):
                     message["sources_html"] = render_sources_panel(

@@ -10,6 +10,7 @@ SSE view, the WebSocket consumer and the ``ask`` command only iterate it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 import uuid
@@ -126,6 +127,54 @@ class ErrorEvent:
 
 
 Event = ReferencesEvent | TokenEvent | CitationEvent | DoneEvent | ErrorEvent
+
+
+async def coalesced(events: AsyncIterator[Event], *, window: float) -> AsyncIterator[Event]:
+    """``events`` with consecutive tokens that arrive within ``window`` seconds of the first
+    merged into one (fewer, larger frames); order and text are unchanged. ``window <= 0``
+    passes every event through as it is."""
+    if window <= 0:
+        async for event in events:
+            yield event
+        return
+    loop = asyncio.get_running_loop()
+    iterator = aiter(events)
+    pending: list[str] = []
+    deadline = 0.0
+    step: asyncio.Future[Event] | None = None
+    try:
+        while True:
+            if step is None:
+                step = asyncio.ensure_future(anext(iterator))
+            timeout = max(0.0, deadline - loop.time()) if pending else None
+            done, _ = await asyncio.wait({step}, timeout=timeout)
+            if not done:
+                yield TokenEvent("".join(pending))
+                pending = []
+                continue
+            try:
+                event = step.result()
+            except StopAsyncIteration:
+                break
+            finally:
+                step = None
+            if isinstance(event, TokenEvent):
+                if not pending:
+                    deadline = loop.time() + window
+                pending.append(event.text)
+                continue
+            if pending:
+                yield TokenEvent("".join(pending))
+                pending = []
+            yield event
+        if pending:
+            yield TokenEvent("".join(pending))
+    finally:
+        # Cancelled or closed early: the pipeline's own clean-up must still run.
+        if step is not None and not step.done():
+            step.cancel()
+            with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
+                await step
 
 
 def clean_question(text: object) -> str:

@@ -199,5 +199,7 @@ if os.environ.get("ANSWERS_PROVIDER"):
     ANSWERS["PROVIDER"] = os.environ["ANSWERS_PROVIDER"]
 if os.environ.get("ANSWERS_MODEL"):
     ANSWERS["MODEL"] = os.environ["ANSWERS_MODEL"]
+if os.environ.get("ANSWERS_STREAM_COALESCE_MS"):
+    ANSWERS["STREAM_COALESCE_MS"] = int(os.environ["ANSWERS_STREAM_COALESCE_MS"])
 if os.environ.get("ANSWERS_EXTRACTIVE_DELAY"):
     ANSWERS["EXTRACTIVE_DELAY"] = float(os.environ["ANSWERS_EXTRACTIVE_DELAY"])
