@@ -30,7 +30,7 @@ from .models import Answer
 from .prompt import Prompt
 from .providers.base import ProviderError, Usage
 from .registry import get_provider
-from .rendering import render_answer_html
+from .rendering import render_answer_html, source_anchor
 from .retrieval import NumberedSource, search_hits, select_sources
 from .types import AnswerPayload, Reference
 
@@ -203,8 +203,6 @@ def _ms_since(start: float) -> int:
 
 
 def _reference(source: NumberedSource, *, anchor_prefix: str, index: int) -> Reference:
-    from .rendering import source_anchor
-
     ordered = sorted(source.candidates, key=lambda c: c.ordinal)
     return Reference(
         index=index,

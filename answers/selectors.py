@@ -7,12 +7,13 @@ import uuid
 from collections.abc import Iterable
 
 from django.contrib.auth.models import AnonymousUser, User
-from django.db.models import Q, QuerySet
+from django.db.models import Count, Q, QuerySet
+from django.urls import reverse
 
 from .conf import answers_settings
 from .models import Answer, ApiToken, Chunk, Conversation, Document, Question, RetrievedSource
 from .prompt import PriorTurn
-from .rendering import safe_url, source_anchor
+from .rendering import render_answer_html, safe_url, source_anchor
 from .types import AnswerPayload, Candidate, Reference
 
 AnyUser = User | AnonymousUser
@@ -143,8 +144,6 @@ def reference_url(*, document_id: int, url: str, ordinal: int | None) -> str:
     external = safe_url(url)
     if external:
         return external
-    from django.urls import reverse
-
     path = reverse("answers:document", kwargs={"document_id": document_id})
     return f"{path}#chunk-{ordinal}" if ordinal is not None else path
 
@@ -200,8 +199,6 @@ def answer_references(*, answer: Answer, user: AnyUser) -> list[Reference]:
 
 
 def answer_payload(*, answer: Answer, user: AnyUser) -> AnswerPayload:
-    from .rendering import render_answer_html
-
     references = answer_references(answer=answer, user=user)
     text = answer.final_text if answer.status != Answer.Status.STREAMING else answer.raw_text
     return AnswerPayload(
@@ -228,8 +225,6 @@ def api_token_get_active(*, token_hash: str) -> ApiToken | None:
 
 
 def answer_admin_queryset() -> QuerySet[Answer]:
-    from django.db.models import Count
-
     return Answer.objects.select_related("question", "question__user").annotate(
         retrieved_count=Count("question__retrieved_sources", distinct=True),
         cited_count=Count(

@@ -28,6 +28,7 @@ from .models import (
 )
 from .providers.base import Usage
 from .retrieval import NumberedSource
+from .selectors import api_token_get_active
 from .types import Candidate
 
 TOKEN_PREFIX = "ca_"  # noqa: S105 (a prefix, not a secret)
@@ -215,8 +216,6 @@ def api_token_create(*, user: User, name: str) -> tuple[ApiToken, str]:
 
 
 def api_token_authenticate(*, raw: str) -> ApiToken | None:
-    from .selectors import api_token_get_active
-
     if not raw.startswith(TOKEN_PREFIX) or len(raw) > 200:
         return None
     token = api_token_get_active(token_hash=_hash_token(raw))
