@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import aclosing
 from datetime import datetime
 from typing import Any, Literal
 
+from asgiref.sync import sync_to_async
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from ninja import Field, NinjaAPI, Path, Query, Schema, Status
 
-from . import pipeline, selectors, services
+from . import pipeline, selectors, services, streams
 from .auth import api_auth
-from .conf import answers_settings
 from .models import Answer
 
 api = NinjaAPI(
@@ -26,7 +27,7 @@ api = NinjaAPI(
 
 
 # Database integers are 64-bit; larger ids and offsets cannot exist, so refuse them early.
-MAX_ID = 2**63 - 1
+MAX_ID = selectors.MAX_ID
 MAX_OFFSET = 10**9
 
 
@@ -87,6 +88,11 @@ class ErrorOut(Schema):
     answer_id: int | None = None
 
 
+class StopOut(Schema):
+    answer_id: int
+    status: str
+
+
 class InvalidOut(Schema):
     """A refused body: our own message, or the validator's list of problems."""
 
@@ -128,18 +134,20 @@ async def create_answer(request: HttpRequest, payload: AskIn) -> Any:
     `references` (every retrieved source, prompt numbering), `token` (`text`),
     `citation` (`number`, `document_id`, the first time a source is cited), then one
     `done` (this operation's JSON body plus `number_map`) or one `error` (`message`).
-    Refusals (401, 403, 404, 422) come as JSON before any event.
+    Each event's `id` is its sequence number in the answer's stream. Refusals (401, 403,
+    404, 422) come as JSON before any event. The answer is generated to the end even if
+    the client goes away: `GET /answers/{answer_id}/events` resumes it, and
+    `POST /answers/{answer_id}/stop` stops it.
     """
     if "text/event-stream" in request.headers.get("Accept", ""):
+        user = request.auth  # type: ignore[attr-defined]
         run = await pipeline.start_answer(
-            user=request.auth,  # type: ignore[attr-defined]
-            question=payload.question,
-            conversation_id=payload.conversation_id,
+            user=user, question=payload.question, conversation_id=payload.conversation_id
         )
-        response = StreamingHttpResponse(_server_sent_events(run), content_type="text/event-stream")
-        response["Cache-Control"] = "no-store, no-cache"
-        response["X-Accel-Buffering"] = "no"  # nginx and friends: do not buffer the stream
-        return response
+        await streams.answer_stream_start(run=run)
+        return _event_stream(
+            streams.answer_stream_follow(answer_id=run.answer.pk, user=user, after=0)
+        )
     last = await pipeline.answer_question(
         user=request.auth,  # type: ignore[attr-defined]
         question=payload.question,
@@ -153,13 +161,68 @@ async def create_answer(request: HttpRequest, payload: AskIn) -> Any:
     return last.answer.as_dict()
 
 
-async def _server_sent_events(run: pipeline.AnswerRun) -> AsyncIterator[str]:
-    sequence = 0
-    window = int(answers_settings.STREAM_COALESCE_MS) / 1000
-    async for event in pipeline.coalesced(run.events(), window=window):
-        data = json.dumps(event.as_dict(), separators=(",", ":"))
-        yield f"id: {sequence}\nevent: {event.type}\ndata: {data}\n\n"
-        sequence += 1
+def _event_stream(events: AsyncGenerator[streams.StreamEvent, None]) -> StreamingHttpResponse:
+    response = StreamingHttpResponse(_server_sent_events(events), content_type="text/event-stream")
+    response["Cache-Control"] = "no-store, no-cache"
+    response["X-Accel-Buffering"] = "no"  # nginx and friends: do not buffer the stream
+    return response
+
+
+async def _server_sent_events(
+    events: AsyncGenerator[streams.StreamEvent, None],
+) -> AsyncIterator[str]:
+    async with aclosing(events):
+        async for event in events:
+            data = json.dumps(event.data, separators=(",", ":"))
+            # The stored result of a finished answer has no place in the stream: no id.
+            event_id = f"id: {event.seq}\n" if event.seq is not None else ""
+            yield f"{event_id}event: {event.type}\ndata: {data}\n\n"
+
+
+@api.get(
+    "/answers/{answer_id}/events",
+    response={200: None, 404: ErrorOut, 422: InvalidOut},
+    summary="Follow an answer's stream",
+)
+async def follow_answer(
+    request: HttpRequest,
+    answer_id: int = Path(..., ge=1, le=MAX_ID),
+    after: int | None = Query(None, ge=0, le=MAX_ID),
+) -> Any:
+    """Server-sent events of one of your answers, as `POST /answers` streams them: those
+    after sequence number `after` (or the `Last-Event-ID` header an EventSource sends when
+    it reconnects; from the start without either), live until its `done` or `error`. For
+    an answer that finished long ago, its stored result as one `done` event without an id.
+    """
+    if after is None:
+        header = request.headers.get("Last-Event-ID", "").strip()
+        if header and not (header.isascii() and header.isdigit() and len(header) < 19):
+            return Status(
+                422, {"detail": "Last-Event-ID must be a sequence number.", "code": "invalid"}
+            )
+        after = int(header) if header else 0
+    user = request.auth  # type: ignore[attr-defined]
+    # Refused as JSON before the stream starts.
+    await sync_to_async(selectors.answer_get_for_user)(answer_id=answer_id, user=user)
+    return _event_stream(streams.answer_stream_follow(answer_id=answer_id, user=user, after=after))
+
+
+@api.post(
+    "/answers/{answer_id}/stop",
+    response={202: StopOut, 404: ErrorOut, 409: ErrorOut, 422: InvalidOut},
+    summary="Stop an answer being generated",
+)
+async def stop_answer(request: HttpRequest, answer_id: int = Path(..., ge=1, le=MAX_ID)) -> Any:
+    """Stop one of your answers wherever it is being generated; what was written so far is
+    kept (status `interrupted`), and its stream ends with that `done`."""
+    user = request.auth  # type: ignore[attr-defined]
+    answer = await sync_to_async(selectors.answer_get_for_user)(answer_id=answer_id, user=user)
+    if answer.status != Answer.Status.STREAMING:
+        return Status(
+            409, {"detail": "The answer is not being generated.", "code": "not_streaming"}
+        )
+    await streams.answer_stream_stop(answer_id=answer_id)
+    return Status(202, {"answer_id": answer_id, "status": "stopping"})
 
 
 @api.get("/answers", response={200: AnswerPageOut, 422: InvalidOut}, summary="List your answers")

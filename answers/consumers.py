@@ -1,7 +1,10 @@
-"""The WebSocket transport: iterates the pipeline; no business logic here.
+"""The WebSocket transport: relays an answer's stream (answers.streams); no business logic.
 
-Generation runs as a task, never inside ``receive_json`` (Channels handles one message at
+Messages in: ``ask`` (question, conversation_id), ``resume`` (answer_id, after: the last
+``seq`` received) and ``stop``. Messages out: the stream's events, each with its ``seq``.
+Following runs as a task, never inside ``receive_json`` (Channels handles one message at
 a time, so awaiting the stream there would leave "stop" unread until the answer ended).
+A disconnect ends the following, not the generation: the answer belongs to itself.
 """
 
 from __future__ import annotations
@@ -11,17 +14,18 @@ import contextlib
 import json
 import logging
 import uuid
+from contextlib import aclosing
 from importlib import import_module
-from typing import Any
+from typing import Any, TypeGuard
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 from django.contrib.auth import SESSION_KEY, get_user_model
 
-from . import pipeline, selectors
+from . import pipeline, selectors, streams
 from .conf import answers_settings
-from .panels import FINAL, PROVISIONAL, render_sources_panel
+from .panels import render_event_sources_panel
 
 logger = logging.getLogger(__name__)
 
@@ -31,7 +35,9 @@ MESSAGE_OVERHEAD_BYTES = 1024
 
 class AnswerConsumer(AsyncJsonWebsocketConsumer):
     task: asyncio.Task[None] | None = None
-    run: pipeline.AnswerRun | None = None
+    # The answer this socket follows, once known; "stop" applies to it.
+    answer_id: int | None = None
+    stop_requested = False
 
     async def connect(self) -> None:
         user = self.scope.get("user")
@@ -44,7 +50,11 @@ class AnswerConsumer(AsyncJsonWebsocketConsumer):
         await self.accept()
 
     async def disconnect(self, code: int) -> None:
-        await self._cancel()
+        task, self.task = self.task, None
+        if task is not None and not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         if text_data is None:
@@ -68,13 +78,20 @@ class AnswerConsumer(AsyncJsonWebsocketConsumer):
         kind = content.get("type")
         if kind == "ask":
             await self._ask(content)
+        elif kind == "resume":
+            await self._resume(content)
         elif kind == "stop":
             await self._stop()
         else:
-            await self._error("Unknown message type; send 'ask' or 'stop'.", "bad_message")
+            await self._error(
+                "Unknown message type; send 'ask', 'resume' or 'stop'.", "bad_message"
+            )
+
+    def _busy(self) -> bool:
+        return self.task is not None and not self.task.done()
 
     async def _ask(self, content: dict[str, Any]) -> None:
-        if self.task is not None and not self.task.done():
+        if self._busy():
             await self._error(
                 "A question is already being answered; wait for it or send 'stop'.", "busy"
             )
@@ -87,8 +104,22 @@ class AnswerConsumer(AsyncJsonWebsocketConsumer):
             except ValueError:
                 await self._error("conversation_id must be a UUID.", "invalid")
                 return
-        self.run = None
+        self.answer_id, self.stop_requested = None, False
         self.task = asyncio.create_task(self._answer(content.get("question"), conversation_id))
+
+    async def _resume(self, content: dict[str, Any]) -> None:
+        if self._busy():
+            await self._error("This socket already follows an answer; send 'stop'.", "busy")
+            return
+        answer_id, after = content.get("answer_id"), content.get("after", 0)
+        if not _is_count(answer_id, minimum=1):
+            await self._error("answer_id must be a positive integer.", "invalid")
+            return
+        if not _is_count(after, minimum=0):
+            await self._error("after must be a sequence number (0 or more).", "invalid")
+            return
+        self.answer_id, self.stop_requested = None, False
+        self.task = asyncio.create_task(self._follow(answer_id, after))
 
     def _current_user(self) -> Any:
         """The asker as of now: a socket can outlive a session, an account or a group."""
@@ -102,75 +133,76 @@ class AnswerConsumer(AsyncJsonWebsocketConsumer):
                 return None
         return get_user_model().objects.filter(pk=user.pk, is_active=True).first()
 
-    async def _answer(self, question: object, conversation_id: uuid.UUID | None) -> None:
+    async def _user_now(self) -> Any:
         user = await database_sync_to_async(self._current_user)()
         if user is None:
             await self._error("Your session has ended. Please log in again.", "signed_out")
             await self.close(code=4401)
-            return
+            return None
         self.scope["user"] = user
+        return user
+
+    async def _answer(self, question: object, conversation_id: uuid.UUID | None) -> None:
+        user = await self._user_now()
+        if user is None:
+            return
         try:
-            self.run = await pipeline.start_answer(
+            run = await pipeline.start_answer(
                 user=user, question=question, conversation_id=conversation_id
             )
         except pipeline.AskRefused as exc:
             await self._error(exc.message, exc.code)
             return
-        answer_id = self.run.answer.pk
+        self.answer_id = run.answer.pk
+        await streams.answer_stream_start(run=run)
+        if self.stop_requested:  # "stop" came while the question was being prepared
+            await streams.answer_stream_stop(answer_id=run.answer.pk)
+        await self._relay(run.answer.pk, user, after=0)
+
+    async def _follow(self, answer_id: int, after: int) -> None:
+        user = await self._user_now()
+        if user is not None:
+            await self._relay(answer_id, user, after=after)
+
+    async def _relay(self, answer_id: int, user: Any, *, after: int) -> None:
         try:
-            window = int(answers_settings.STREAM_COALESCE_MS) / 1000
-            async for event in pipeline.coalesced(self.run.events(), window=window):
-                message = {"type": event.type, **event.as_dict()}
-                if isinstance(event, pipeline.ReferencesEvent):
-                    message["sources_html"] = render_sources_panel(
-                        references=event.references, answer_id=answer_id, state=PROVISIONAL
-                    )
-                elif isinstance(event, pipeline.DoneEvent):
-                    message["sources_html"] = render_sources_panel(
-                        references=event.answer.references, answer_id=answer_id, state=FINAL
-                    )
-                await self.send_json(message)
+            events = streams.answer_stream_follow(answer_id=answer_id, user=user, after=after)
+            async with aclosing(events):
+                async for event in events:
+                    self.answer_id = answer_id
+                    message = event.as_message()
+                    panel = render_event_sources_panel(event.type, event.data)
+                    if panel is not None:
+                        message["sources_html"] = panel
+                    await self.send_json(message)
+        except pipeline.AskRefused as exc:
+            await self._error(exc.message, exc.code)
         except asyncio.CancelledError:
             raise
         except Exception:
-            logger.exception("Streaming answer %s failed", answer_id)
+            logger.exception("Relaying answer %s failed", answer_id)
             await self._error(pipeline.GENERIC_ERROR, "failed")
 
     async def _stop(self) -> None:
-        run = self.run
-        if self.task is None or self.task.done():
+        if not self._busy():
             await self._error("Nothing is being answered.", "idle")
             return
-        await self._cancel()
-        if run is None:
+        if self.answer_id is None:
+            self.stop_requested = True
             return
-        # The pipeline stored the partial answer as interrupted; send it as the last word.
-        payload = await database_sync_to_async(self._stored_payload)(run.answer.pk)
-        await self.send_json(
-            {
-                "type": "done",
-                **payload.as_dict(),
-                "number_map": {},
-                "sources_html": render_sources_panel(
-                    references=payload.references, answer_id=payload.answer_id, state=FINAL
-                ),
-            }
-        )
-
-    def _stored_payload(self, answer_id: int) -> Any:
-        user = self.scope["user"]
-        answer = selectors.answer_get_for_user(answer_id=answer_id, user=user)
-        return selectors.answer_payload(answer=answer, user=user)
-
-    async def _cancel(self) -> None:
-        task, self.task = self.task, None
-        if task is not None and not task.done():
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        # Whichever process generates it stops; its "done" reaches this socket's stream.
+        await streams.answer_stream_stop(answer_id=self.answer_id)
 
     async def _error(self, message: str, code: str) -> None:
-        answer_id = self.run.answer.pk if self.run is not None else None
         await self.send_json(
-            {"type": "error", "message": message, "code": code, "answer_id": answer_id}
+            {"type": "error", "message": message, "code": code, "answer_id": self.answer_id}
         )
+
+
+def _is_count(value: object, *, minimum: int) -> TypeGuard[int]:
+    """A JSON integer a database id column can hold (not a bool, a float or a string)."""
+    return (
+        isinstance(value, int)
+        and not isinstance(value, bool)
+        and minimum <= value <= selectors.MAX_ID
+    )

@@ -14,7 +14,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
@@ -129,7 +129,7 @@ class ErrorEvent:
 Event = ReferencesEvent | TokenEvent | CitationEvent | DoneEvent | ErrorEvent
 
 
-async def coalesced(events: AsyncIterator[Event], *, window: float) -> AsyncIterator[Event]:
+async def coalesced(events: AsyncIterator[Event], *, window: float) -> AsyncGenerator[Event, None]:
     """``events`` with consecutive tokens that arrive within ``window`` seconds of the first
     merged into one (fewer, larger frames); order and text are unchanged. ``window <= 0``
     passes every event through as it is."""
@@ -222,11 +222,13 @@ class AnswerRun:
     """A stored question whose answer is ready to be generated and streamed."""
 
     answer: Answer
+    user: User
     conversation_id: str
     turn: int
     sources: list[NumberedSource]
     prompt: Prompt
     started: float
+    began: bool = field(default=False, init=False)
 
     @property
     def anchor_prefix(self) -> str:
@@ -239,7 +241,16 @@ class AnswerRun:
             for index, source in enumerate(chosen, start=1)
         ]
 
-    async def events(self) -> AsyncIterator[Event]:
+    async def stopped(self) -> DoneEvent:
+        """The last word of a run its client stopped (``events()`` cancelled or closed)."""
+        if not self.began:
+            # Stopped before generation began: nothing was generated or stored yet.
+            return await self._complete(
+                "", Answer.Status.INTERRUPTED, None, "stopped by the client"
+            )
+        return await stored_done(answer_id=self.answer.pk, user=self.user)
+
+    async def events(self) -> AsyncGenerator[Event, None]:
         yield ReferencesEvent(
             answer_id=self.answer.pk,
             conversation_id=self.conversation_id,
@@ -261,6 +272,7 @@ class AnswerRun:
         reason = "stopped by the client"
         provider = get_provider()
         deltas = guarded_stream(lambda: provider.stream(self.prompt), StreamLimits.from_settings())
+        self.began = True  # from here on, however it ends, the outcome is stored
         try:
             async with aclosing(deltas):  # type: ignore[type-var]
                 async for delta in deltas:
@@ -390,6 +402,7 @@ def _prepare(*, user: User, question: str, conversation_id: uuid.UUID | None) ->
     )
     return AnswerRun(
         answer=created.answer,
+        user=user,
         conversation_id=str(created.conversation.pk),
         turn=created.question.turn,
         sources=sources,
@@ -406,6 +419,17 @@ async def start_answer(
     return await sync_to_async(_prepare)(
         user=user, question=cleaned, conversation_id=conversation_id
     )
+
+
+def _stored_payload(answer_id: int, user: User) -> AnswerPayload:
+    answer = selectors.answer_get_for_user(answer_id=answer_id, user=user)
+    return selectors.answer_payload(answer=answer, user=user)
+
+
+async def stored_done(*, answer_id: int, user: User) -> DoneEvent:
+    """A finished answer's last word, from the store: after a stop (the stream stored the
+    partial answer as interrupted), or once its stream log has expired."""
+    return DoneEvent(answer=await sync_to_async(_stored_payload)(answer_id, user))
 
 
 async def answer_question(

@@ -23,6 +23,10 @@ class NotFound(Exception):
     """The object does not exist, or is not the caller's to see (the two look the same)."""
 
 
+# The largest primary key a big integer column holds: larger ids are refused, not looked up.
+MAX_ID = 2**63 - 1
+
+
 def user_can_ask(*, user: AnyUser) -> bool:
     return bool(user.is_authenticated and user.is_active and user.has_perm("answers.ask_question"))
 

@@ -46,6 +46,19 @@ class Reference:
             "excerpt": self.excerpt,
         }
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], *, anchor: str) -> Reference:
+        """Back from ``as_dict()`` (a stream event read from the log)."""
+        return cls(
+            index=int(data["index"]),
+            document_id=int(data["document_id"]),
+            title=str(data["title"]),
+            url=str(data["url"]),
+            score=float(data["score"]),
+            excerpt=str(data["excerpt"]),
+            anchor=anchor,
+        )
+
 
 @dataclass(frozen=True)
 class AnswerPayload:

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import inspect
+
 import pytest
 from django.contrib.auth.models import Group, Permission
 from django.core.management import call_command
@@ -12,6 +14,24 @@ def django_db_setup(django_db_setup, django_db_blocker):  # type: ignore[no-unty
     """The test database starts with the demo corpus plus a few restricted documents."""
     with django_db_blocker.unblock():
         load_corpus()
+
+
+@pytest.fixture
+async def _answer_streams_settle():  # type: ignore[no-untyped-def]
+    """Generations outlive their sockets (answers.streams): each test's end before the
+    next test, so none writes into a database being emptied."""
+    yield
+    from answers.streams import answer_streams_wait
+
+    await answer_streams_wait(timeout=30)
+
+
+def pytest_collection_modifyitems(items):  # type: ignore[no-untyped-def]
+    # Only coroutine tests start generations in the test's own event loop (an async
+    # fixture on a sync test would leave a loop running under Playwright's sync API).
+    for item in items:
+        if inspect.iscoroutinefunction(getattr(item, "function", None)):
+            item.fixturenames.append("_answer_streams_settle")
 
 
 @pytest.fixture

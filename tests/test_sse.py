@@ -85,7 +85,7 @@ def test_sse_stream_headers_order_and_payloads(client, auth) -> None:  # type: i
     assert names[-1] == "done" and names.count("done") == 1, names
     assert set(names[1:-1]) <= {"token", "citation"}, names
     assert "token" in names
-    assert [e.id for e in events] == [str(n) for n in range(len(events))]
+    assert [e.id for e in events] == [str(n) for n in range(1, len(events) + 1)]
 
     references = events[0].data
     assert set(references) == {"answer_id", "conversation_id", "turn", "references"}
@@ -185,28 +185,90 @@ def test_refusals_are_json_before_any_event(  # type: ignore[no-untyped-def]
     assert not Answer.objects.exists()
 
 
-def test_client_disconnect_mid_stream_stores_an_interrupted_answer(client, auth) -> None:  # type: ignore[no-untyped-def]
-    answer_id = None
+def _drop_after_first_token(client, auth) -> list[ServerEvent]:  # type: ignore[no-untyped-def]
+    seen = []
     with client.stream(
         "POST", "/api/answers", json={"question": QUESTION}, headers={**SSE, **auth}
     ) as response:
         assert response.status_code == 200
         for event in iter_events(response):
-            if event.event == "references":
-                answer_id = event.data["answer_id"]
-            elif event.event == "token":
-                break  # leaving the block closes the connection mid-answer
-        else:
-            pytest.fail("the stream ended before its first token")
-    assert answer_id is not None
+            seen.append(event)
+            if event.event == "token":
+                return seen  # leaving the block closes the connection mid-answer
+    pytest.fail("the stream ended before its first token")
 
-    deadline = time.monotonic() + 5
-    status = None
-    while time.monotonic() < deadline:
-        status = Answer.objects.get(pk=answer_id).status
-        if status != Answer.Status.STREAMING:
-            break
+
+def _wait_for_status(answer_id: int) -> str:
+    deadline = time.monotonic() + 20
+    status = Answer.objects.get(pk=answer_id).status
+    while status == Answer.Status.STREAMING and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert status == Answer.Status.INTERRUPTED
+        status = Answer.objects.get(pk=answer_id).status
+    return status
+
+
+def test_a_client_that_drops_resumes_with_last_event_id(client, auth) -> None:  # type: ignore[no-untyped-def]
+    before = _drop_after_first_token(client, auth)
+    answer_id = before[0].data["answer_id"]
+    with client.stream(
+        "GET",
+        f"/api/answers/{answer_id}/events",
+        headers={**SSE, **auth, "Last-Event-ID": before[-1].id},
+    ) as response:
+        assert response.status_code == 200
+        rest = list(iter_events(response))
+    events = before + rest
+    assert [e.id for e in events] == [str(n) for n in range(1, len(events) + 1)]
+    assert rest[-1].event == "done" and rest[-1].data["status"] == "complete"
+    stored = Answer.objects.get(pk=answer_id)
+    assert "".join(e.data["text"] for e in events if e.event == "token") == stored.raw_text
+
+
+def test_a_client_that_drops_does_not_stop_the_answer(client, auth) -> None:  # type: ignore[no-untyped-def]
+    answer_id = _drop_after_first_token(client, auth)[0].data["answer_id"]
+    assert _wait_for_status(answer_id) == Answer.Status.COMPLETE
+    # Long finished: ?after= replays what is left of the log, here nothing but the end.
+    response = client.get(f"/api/answers/{answer_id}/events?after=0", headers={**SSE, **auth})
+    names = [e.event for e in iter_events(response)]
+    assert names[0] == "references" and names[-1] == "done"
+
+
+def test_stop_ends_the_answer_for_its_followers(client, auth) -> None:  # type: ignore[no-untyped-def]
+    answer_id = _drop_after_first_token(client, auth)[0].data["answer_id"]
+    stopped = client.post(f"/api/answers/{answer_id}/stop", headers=auth)
+    assert stopped.status_code == 202, stopped.text
+    assert stopped.json() == {"answer_id": answer_id, "status": "stopping"}
+    response = client.get(f"/api/answers/{answer_id}/events", headers={**SSE, **auth})
+    last = list(iter_events(response))[-1]
+    assert last.event == "done" and last.data["status"] == "interrupted"
     answer = Answer.objects.get(pk=answer_id)
+    assert answer.status == Answer.Status.INTERRUPTED
     assert answer.error == "stopped by the client"
+    again = client.post(f"/api/answers/{answer_id}/stop", headers=auth)
+    assert again.status_code == 409 and again.json()["code"] == "not_streaming"
+
+
+def test_only_the_owner_follows_or_stops_an_answer(client, auth, other_asker) -> None:  # type: ignore[no-untyped-def]
+    answer_id = _drop_after_first_token(client, auth)[0].data["answer_id"]
+    _, raw = services.api_token_create(user=other_asker, name="other")
+    other = {"Authorization": f"Bearer {raw}"}
+    for method, path in (("GET", "events"), ("POST", "stop")):
+        response = client.request(method, f"/api/answers/{answer_id}/{path}", headers=other)
+        assert response.status_code == 404
+        assert response.json()["code"] == "not_found"
+    assert _wait_for_status(answer_id) == Answer.Status.COMPLETE
+
+
+@pytest.mark.parametrize(
+    ("query", "headers"),
+    [
+        ("?after=-1", {}),
+        ("?after=x", {}),
+        ("", {"Last-Event-ID": "abc"}),
+        ("", {"Last-Event-ID": "-2"}),
+    ],
+)
+def test_bad_resume_positions_are_refused_as_json(client, auth, query, headers) -> None:  # type: ignore[no-untyped-def]
+    response = client.get(f"/api/answers/1/events{query}", headers={**SSE, **auth, **headers})
+    assert response.status_code == 422
+    assert response.headers["content-type"].startswith("application/json")

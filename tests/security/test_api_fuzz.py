@@ -64,6 +64,7 @@ def test_every_operation_is_fuzzed():
     assert operations == {
         ("POST", "/api/answers"), ("GET", "/api/answers"),
         ("GET", "/api/answers/{answer_id}"), ("POST", "/api/answers/{answer_id}/feedback"),
+        ("GET", "/api/answers/{answer_id}/events"), ("POST", "/api/answers/{answer_id}/stop"),
     }  # fmt: skip
     assert {check.__name__ for check in _checks()} == set(CHECK_NAMES)
 

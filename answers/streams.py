@@ -1,0 +1,313 @@
+"""Resumable answer streams: generation belongs to the answer, not to the socket that asked.
+
+``answer_stream_start`` runs an answer's pipeline (``AnswerRun.events()``) as a task of
+this process. Every event gets a sequence number (1, 2, ...), is appended to the answer's
+*log* in the cache (``ANSWERS["STREAM_CACHE"]``, kept ``STREAM_LOG_TTL`` seconds) and only
+then published to the answer's group on the channel layer. Because the log is written
+first, a follower that subscribes and *then* reads the log misses nothing:
+
+    follow(after=n): join the group → replay the log after n → relay live events,
+                     skipping any already replayed, filling gaps from the log.
+
+Any process sharing the cache and the layer (Redis, README "Deployment") can follow any
+answer; with the in-memory layer and cache, every process only its own. A follower that
+hears nothing for ``STREAM_POLL_INTERVAL`` seconds re-reads the log and then the database,
+so a message the layer dropped (over capacity) or a generating process that died cannot
+leave it waiting for ever. When the log has expired, a finished answer is delivered as
+its stored result. ``stop`` reaches the generating process through the layer too.
+
+The order of events is the pipeline's; this module only numbers, stores and relays them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import logging
+from collections.abc import AsyncGenerator
+from contextlib import aclosing
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from channels.layers import BaseChannelLayer, get_channel_layer
+from django.core.cache import BaseCache, caches
+from django.utils import timezone
+
+from . import pipeline, selectors
+from .conf import answers_settings
+from .models import Answer
+
+logger = logging.getLogger(__name__)
+
+TERMINAL = frozenset({"done", "error"})
+ABANDONED_MESSAGE = "The answer was interrupted before it finished. Please ask again."
+
+# Generations running in this process, by answer id (a strong reference keeps each task
+# alive after the socket that asked has gone).
+_running: dict[int, asyncio.Task[None]] = {}
+
+
+class AnswerNotFound(pipeline.AskRefused):
+    """No such answer, or not the caller's: the same message either way."""
+
+    status, code = 404, "not_found"
+
+
+@dataclass(frozen=True)
+class StreamEvent:
+    """One numbered event of an answer's stream, as every transport sends it.
+
+    ``seq`` is None only for a finished answer's stored result, delivered when its log has
+    expired."""
+
+    seq: int | None
+    type: str
+    data: dict[str, Any]
+
+    @property
+    def terminal(self) -> bool:
+        return self.type in TERMINAL
+
+    def as_message(self) -> dict[str, Any]:
+        return {"seq": self.seq, "type": self.type, **self.data}
+
+    @classmethod
+    def from_message(cls, message: dict[str, Any]) -> StreamEvent:
+        data = {k: v for k, v in message.items() if k not in ("seq", "type")}
+        return cls(seq=message["seq"], type=message["type"], data=data)
+
+
+def _group(answer_id: int) -> str:
+    return f"answers.answer.{answer_id}"
+
+
+def _control_group(answer_id: int) -> str:
+    return f"answers.control.{answer_id}"
+
+
+def _log_key(answer_id: int, part: int | str) -> str:
+    return f"answers:stream:{answer_id}:{part}"
+
+
+def _layer() -> BaseChannelLayer:
+    layer = get_channel_layer()
+    if layer is None:
+        raise RuntimeError("Resumable answer streams need CHANNEL_LAYERS (README 'Deployment').")
+    return layer
+
+
+def _cache() -> BaseCache:
+    return caches[str(answers_settings.STREAM_CACHE)]
+
+
+# The cache's own async methods run on the one thread Django's ORM shares; the log must
+# not queue behind database work, and both the Redis and the local-memory cache are
+# thread-safe.
+def _log_write_sync(answer_id: int, entry: dict[str, Any]) -> None:
+    _cache().set_many(
+        {_log_key(answer_id, entry["seq"]): entry, _log_key(answer_id, "last"): entry["seq"]},
+        timeout=int(answers_settings.STREAM_LOG_TTL),
+    )
+
+
+def _log_read_sync(answer_id: int, after: int, upto: int | None) -> list[StreamEvent] | None:
+    """Logged events after ``after`` (up to ``upto``); None when the log is gone."""
+    cache = _cache()
+    last = cache.get(_log_key(answer_id, "last"))
+    if last is None:
+        return None
+    end = int(last) if upto is None else min(int(last), upto)
+    keys = [_log_key(answer_id, seq) for seq in range(after + 1, end + 1)]
+    found = cache.get_many(keys) if keys else {}
+    if len(found) != len(keys):
+        return None  # partly evicted: only the stored result is whole
+    return [StreamEvent.from_message(found[key]) for key in keys]
+
+
+_log_write = sync_to_async(_log_write_sync, thread_sensitive=False)
+_log_read = sync_to_async(_log_read_sync, thread_sensitive=False)
+
+
+class _Publisher:
+    def __init__(self, answer_id: int) -> None:
+        self.answer_id = answer_id
+        self.seq = 0
+        self.finished = False
+
+    async def publish(self, event: pipeline.Event) -> None:
+        self.seq += 1
+        entry = {"seq": self.seq, "type": event.type, **event.as_dict()}
+        await _log_write(self.answer_id, entry)
+        await _layer().group_send(_group(self.answer_id), {"type": "answer.event", "event": entry})
+        self.finished = event.type in TERMINAL
+
+
+async def answer_stream_start(*, run: pipeline.AnswerRun) -> None:
+    """Generate ``run``'s answer in this process, whoever follows it (or nobody)."""
+    answer_id = run.answer.pk
+    layer = _layer()
+    # Listening for "stop" before returning: a stop sent right after the ask is not lost.
+    control = await layer.new_channel()
+    await layer.group_add(_control_group(answer_id), control)
+    # A fresh context: the task must not inherit the request's (Django runs each request's
+    # thread-sensitive work on an executor that ends with the request).
+    task = asyncio.create_task(
+        _generate(run, control), name=f"answer-{answer_id}", context=contextvars.Context()
+    )
+    _running[answer_id] = task
+    task.add_done_callback(lambda _: _running.pop(answer_id, None))
+
+
+async def _generate(run: pipeline.AnswerRun, control: str) -> None:
+    answer_id = run.answer.pk
+    publisher = _Publisher(answer_id)
+    layer = _layer()
+    produce = asyncio.create_task(_produce(run, publisher))
+    stop = asyncio.create_task(layer.receive(control))
+    try:
+        await asyncio.wait({produce, stop}, return_when=asyncio.FIRST_COMPLETED)
+        if not produce.done():
+            # Stopped: the pipeline stores the partial answer as interrupted on the way out.
+            produce.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await produce
+            if not publisher.finished:
+                await publisher.publish(await run.stopped())
+    except Exception:
+        logger.exception("Publishing answer %s failed", answer_id)
+    finally:
+        if not produce.done():  # this task itself was cancelled (shutdown)
+            produce.cancel()
+        stop.cancel()
+        with contextlib.suppress(Exception):
+            await layer.group_discard(_control_group(answer_id), control)
+
+
+async def _produce(run: pipeline.AnswerRun, publisher: _Publisher) -> None:
+    window = int(answers_settings.STREAM_COALESCE_MS) / 1000
+    try:
+        # Closed explicitly: a stop that lands while an event is being published must
+        # still run the pipeline's clean-up (store the partial answer) now, not at GC.
+        events = run.events()
+        async with (
+            aclosing(events),
+            aclosing(pipeline.coalesced(events, window=window)) as stream,
+        ):
+            async for event in stream:
+                await publisher.publish(event)
+    except asyncio.CancelledError:
+        raise
+    except Exception:
+        # A bug, not a provider failure (the pipeline turns those into an error event):
+        # followers still get a last word.
+        logger.exception("Generating answer %s failed", run.answer.pk)
+        if not publisher.finished:
+            await publisher.publish(
+                pipeline.ErrorEvent(pipeline.GENERIC_ERROR, answer_id=run.answer.pk)
+            )
+
+
+async def answer_stream_stop(*, answer_id: int) -> None:
+    """Ask whichever process generates ``answer_id`` to stop; followers get its ``done``."""
+    await _layer().group_send(_control_group(answer_id), {"type": "answer.stop"})
+
+
+async def answer_streams_wait(timeout: float | None = None) -> None:
+    """Wait for this process's generations to end (shutdown, tests)."""
+    loop = asyncio.get_running_loop()
+    tasks = [t for t in _running.values() if not t.done() and t.get_loop() is loop]
+    if tasks:
+        await asyncio.wait(tasks, timeout=timeout)
+
+
+def _answer_for_follower(answer_id: int, user: Any) -> Answer:
+    try:
+        return selectors.answer_get_for_user(answer_id=answer_id, user=user)
+    except selectors.NotFound:
+        raise AnswerNotFound("answer not found") from None
+
+
+def _abandoned(answer: Answer) -> bool:
+    """A streaming answer older than any generation may last: its process died."""
+    limit = timedelta(seconds=float(answers_settings.TOTAL_TIMEOUT) + 60)
+    return answer.created_at < timezone.now() - limit
+
+
+async def _settled(answer_id: int, user: Any) -> StreamEvent | None:
+    """The stored outcome, when the database says the answer is over (None: still going)."""
+    answer = await sync_to_async(_answer_for_follower)(answer_id, user)
+    if answer.status == Answer.Status.STREAMING:
+        if not _abandoned(answer):
+            return None
+        error = pipeline.ErrorEvent(ABANDONED_MESSAGE, answer_id=answer_id)
+        return StreamEvent(seq=None, type=error.type, data=error.as_dict())
+    done = await pipeline.stored_done(answer_id=answer_id, user=user)
+    return StreamEvent(seq=None, type=done.type, data=done.as_dict())
+
+
+async def answer_stream_follow(
+    *, answer_id: int, user: Any, after: int = 0
+) -> AsyncGenerator[StreamEvent, None]:
+    """Every event of ``answer_id``'s stream after sequence number ``after``, live, ending
+    with its ``done`` or ``error``. Only the answer's owner may follow it."""
+    await sync_to_async(_answer_for_follower)(answer_id, user)  # refuse before subscribing
+    layer = _layer()
+    channel = await layer.new_channel()
+    await layer.group_add(_group(answer_id), channel)
+    last = after
+    poll = float(answers_settings.STREAM_POLL_INTERVAL)
+    try:
+        replayed = await _log_read(answer_id, last, None)
+        if replayed is None:
+            # No log: finished long ago (expired), or generated without one (JSON API).
+            settled = await _settled(answer_id, user)
+            if settled is not None:
+                yield settled
+                return
+        for event in replayed or []:
+            yield event
+            last = event.seq or last
+            if event.terminal:
+                return
+        while True:
+            try:
+                message = await asyncio.wait_for(layer.receive(channel), timeout=poll)
+            except TimeoutError:
+                fresh = await _log_read(answer_id, last, None)
+                if fresh:
+                    for event in fresh:
+                        yield event
+                        last = event.seq or last
+                        if event.terminal:
+                            return
+                    continue
+                settled = await _settled(answer_id, user)
+                if settled is not None:
+                    yield settled
+                    return
+                continue
+            event = StreamEvent.from_message(message["event"])
+            assert event.seq is not None
+            if event.seq <= last:
+                continue
+            if event.seq > last + 1:
+                # The layer dropped something (over capacity): the log has it.
+                missed = await _log_read(answer_id, last, event.seq - 1) or []
+                if len(missed) != event.seq - 1 - last:
+                    settled = await _settled(answer_id, user)
+                    if settled is not None:
+                        yield settled
+                        return
+                for earlier in missed:
+                    yield earlier
+                    last = earlier.seq or last
+            yield event
+            last = event.seq
+            if event.terminal:
+                return
+    finally:
+        with contextlib.suppress(Exception):
+            await layer.group_discard(_group(answer_id), channel)

@@ -1,0 +1,218 @@
+"""Resumable streams: an answer's generation outlives the socket that asked for it."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+import pytest
+from bs4 import BeautifulSoup
+from channels.layers import get_channel_layer
+from django.core.cache import cache
+from django.utils import timezone
+
+from answers import pipeline, streams
+from answers.models import Answer
+from tests.sockets import receive_until_final, scoped_socket
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+QUESTION = "What is a lambda expression?"
+
+
+@pytest.fixture
+def slow(settings):  # type: ignore[no-untyped-def]
+    """Slow enough to drop and reconnect mid-answer."""
+    settings.ANSWERS = {**settings.ANSWERS, "EXTRACTIVE_DELAY": 0.05}
+
+
+async def connected(user):  # type: ignore[no-untyped-def]
+    comm = scoped_socket(user)
+    assert (await comm.connect())[0]
+    return comm
+
+
+def tokens(messages: list[dict]) -> str:
+    return "".join(m["text"] for m in messages if m["type"] == "token")
+
+
+async def test_every_event_carries_consecutive_sequence_numbers(corpus, asker):
+    comm = await connected(asker)
+    await comm.send_json_to({"type": "ask", "question": QUESTION})
+    messages = await receive_until_final(comm)
+    assert [m["seq"] for m in messages] == list(range(1, len(messages) + 1))
+    await comm.disconnect()
+
+
+async def test_a_client_that_drops_resumes_the_rest_of_its_answer(corpus, asker, slow):
+    first = await connected(asker)
+    await first.send_json_to({"type": "ask", "question": QUESTION})
+    before = [await first.receive_json_from(timeout=5) for _ in range(3)]
+    await first.disconnect()
+
+    second = await connected(asker)
+    answer_id, after = before[0]["answer_id"], before[-1]["seq"]
+    await second.send_json_to({"type": "resume", "answer_id": answer_id, "after": after})
+    rest = await receive_until_final(second, timeout=10)
+    await second.disconnect()
+
+    assert [m["seq"] for m in before + rest] == list(range(1, len(before) + len(rest) + 1))
+    stored = await Answer.objects.aget(pk=answer_id)
+    assert stored.status == "complete"
+    assert tokens(before + rest) == stored.raw_text
+    done = rest[-1]
+    assert done["type"] == "done" and done["text"] == stored.final_text
+    panel = BeautifulSoup(done["sources_html"], "html.parser").select_one("[data-sources-panel]")
+    assert panel["data-state"] == "final"
+
+
+async def test_a_second_tab_watches_the_same_answer_from_the_start(corpus, asker, slow):
+    asking = await connected(asker)
+    await asking.send_json_to({"type": "ask", "question": QUESTION})
+    references = await asking.receive_json_from(timeout=5)
+    watching = await connected(asker)
+    await watching.send_json_to(
+        {"type": "resume", "answer_id": references["answer_id"], "after": 0}
+    )
+    asked = [references, *await receive_until_final(asking, timeout=10)]
+    watched = await receive_until_final(watching, timeout=10)
+    assert [(m["seq"], m["type"]) for m in watched] == [(m["seq"], m["type"]) for m in asked]
+    assert tokens(watched) == tokens(asked) and watched[-1]["text"] == asked[-1]["text"]
+    await asking.disconnect()
+    await watching.disconnect()
+
+
+async def test_resuming_a_finished_answer_replays_its_log_then_the_stored_result(corpus, asker):
+    comm = await connected(asker)
+    await comm.send_json_to({"type": "ask", "question": QUESTION})
+    asked = await receive_until_final(comm)
+    answer_id = asked[0]["answer_id"]
+
+    await comm.send_json_to({"type": "resume", "answer_id": answer_id, "after": 2})
+    replayed = await receive_until_final(comm)
+    assert replayed == asked[2:]
+
+    await asyncio.to_thread(cache.clear)  # the log has expired
+    await comm.send_json_to({"type": "resume", "answer_id": answer_id, "after": 2})
+    (stored,) = await receive_until_final(comm)
+    assert stored["type"] == "done" and stored["seq"] is None
+    assert stored["status"] == "complete" and stored["text"] == asked[-1]["text"]
+    assert stored["references"] == asked[-1]["references"]
+    await comm.disconnect()
+
+
+async def test_only_the_owner_may_resume(corpus, asker, other_asker, slow):
+    comm = await connected(asker)
+    await comm.send_json_to({"type": "ask", "question": QUESTION})
+    answer_id = (await comm.receive_json_from(timeout=5))["answer_id"]
+    intruder = await connected(other_asker)
+    for target in (answer_id, answer_id + 1000):
+        await intruder.send_json_to({"type": "resume", "answer_id": target, "after": 0})
+        error = await intruder.receive_json_from(timeout=5)
+        assert error["type"] == "error" and error["code"] == "not_found"
+        assert error["message"] == "answer not found"
+    # A stop from someone else's socket reaches nothing: it follows no answer.
+    await intruder.send_json_to({"type": "stop"})
+    assert (await intruder.receive_json_from(timeout=5))["code"] == "idle"
+    assert (await receive_until_final(comm, timeout=10))[-1]["status"] == "complete"
+    await comm.disconnect()
+    await intruder.disconnect()
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        {"type": "resume"},
+        {"type": "resume", "answer_id": "7"},
+        {"type": "resume", "answer_id": 0},
+        {"type": "resume", "answer_id": True},
+        {"type": "resume", "answer_id": 1.5},
+        {"type": "resume", "answer_id": 2**64},
+        {"type": "resume", "answer_id": 1, "after": -1},
+        {"type": "resume", "answer_id": 1, "after": "3"},
+    ],
+)
+async def test_bad_resume_messages_get_a_clear_error(corpus, asker, message):
+    comm = await connected(asker)
+    await comm.send_json_to(message)
+    error = await comm.receive_json_from(timeout=5)
+    assert error["type"] == "error" and error["code"] == "invalid" and error["message"]
+    await comm.send_json_to({"type": "ask", "question": QUESTION})
+    assert (await receive_until_final(comm))[-1]["type"] == "done"
+    await comm.disconnect()
+
+
+async def test_stop_from_a_resumed_socket_stops_the_answer_for_every_follower(corpus, asker, slow):
+    asking = await connected(asker)
+    await asking.send_json_to({"type": "ask", "question": QUESTION})
+    answer_id = (await asking.receive_json_from(timeout=5))["answer_id"]
+    await asking.receive_json_from(timeout=5)
+    other_tab = await connected(asker)
+    await other_tab.send_json_to({"type": "resume", "answer_id": answer_id, "after": 0})
+    await other_tab.receive_json_from(timeout=5)
+    await other_tab.send_json_to({"type": "stop"})
+    for comm in (asking, other_tab):
+        done = (await receive_until_final(comm, timeout=10))[-1]
+        assert done["type"] == "done" and done["status"] == "interrupted"
+    stored = await Answer.objects.aget(pk=answer_id)
+    assert stored.status == "interrupted" and stored.final_text == done["text"]
+    await asking.disconnect()
+    await other_tab.disconnect()
+
+
+async def test_stop_sent_while_the_question_is_prepared_is_not_lost(corpus, asker, slow):
+    comm = await connected(asker)
+    await comm.send_json_to({"type": "ask", "question": QUESTION})
+    await comm.send_json_to({"type": "stop"})
+    messages = await receive_until_final(comm, timeout=10)
+    assert messages[-1]["type"] == "done" and messages[-1]["status"] == "interrupted"
+    await comm.disconnect()
+
+
+# The follower on its own, with hand-made logs: what the layer may do, on purpose.
+
+
+async def _log(answer_id: int, seq: int, kind: str, **data: object) -> dict:
+    entry = {"seq": seq, "type": kind, **data}
+    await streams._log_write(answer_id, entry)
+    return entry
+
+
+async def _answer(asker) -> Answer:  # type: ignore[no-untyped-def]
+    run = await pipeline.start_answer(user=asker, question=QUESTION)
+    return run.answer
+
+
+async def test_a_message_the_layer_dropped_is_read_from_the_log(corpus, asker):
+    answer = await _answer(asker)
+    follow = streams.answer_stream_follow(answer_id=answer.pk, user=asker, after=0)
+    first = asyncio.ensure_future(anext(follow))
+    await asyncio.sleep(0.1)  # subscribed, found no log, now listening
+    entries = [await _log(answer.pk, seq, "token", text=f"t{seq}") for seq in (1, 2, 3)]
+    layer = get_channel_layer()
+    # Only the third reaches the group; the first two were "dropped".
+    await layer.group_send(streams._group(answer.pk), {"type": "answer.event", "event": entries[2]})
+    got = [await first, await anext(follow), await anext(follow)]
+    assert [(e.seq, e.data["text"]) for e in got] == [(1, "t1"), (2, "t2"), (3, "t3")]
+    await follow.aclose()
+
+
+async def test_a_quiet_stream_is_caught_up_from_the_log(corpus, asker, settings):
+    settings.ANSWERS = {**settings.ANSWERS, "STREAM_POLL_INTERVAL": 0.1}
+    answer = await _answer(asker)
+    follow = streams.answer_stream_follow(answer_id=answer.pk, user=asker, after=0)
+    first = asyncio.ensure_future(anext(follow))
+    await asyncio.sleep(0.05)
+    await _log(answer.pk, 1, "token", text="only in the log")
+    assert (await asyncio.wait_for(first, timeout=5)).data["text"] == "only in the log"
+    await follow.aclose()
+
+
+async def test_an_answer_whose_process_died_ends_with_an_error(corpus, asker, settings):
+    settings.ANSWERS = {**settings.ANSWERS, "STREAM_POLL_INTERVAL": 0.1}
+    answer = await _answer(asker)
+    long_ago = timezone.now() - timedelta(hours=1)
+    await Answer.objects.filter(pk=answer.pk).aupdate(created_at=long_ago)
+    events = [e async for e in streams.answer_stream_follow(answer_id=answer.pk, user=asker)]
+    assert [(e.seq, e.type) for e in events] == [(None, "error")]
+    assert events[0].data["message"] == streams.ABANDONED_MESSAGE
