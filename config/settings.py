@@ -148,7 +148,42 @@ LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "login"
 
-CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+# Answers stream through the channel layer (README "Deployment"): one process needs nothing
+# more; several processes share Redis. capacity: unread messages a channel holds before
+# group_send drops more (a follower that misses one re-reads the stream log); expiry:
+# seconds an unread message lives; group_expiry: seconds a membership outlives a process
+# that died without leaving (longer than any answer can stream).
+REDIS_URL = os.environ.get("REDIS_URL", "")
+CHANNEL_CAPACITY = int(os.environ.get("CHANNEL_CAPACITY", "1000"))
+if REDIS_URL:
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {
+                "hosts": [REDIS_URL],
+                "prefix": os.environ.get("CHANNEL_PREFIX", "answers"),
+                "capacity": CHANNEL_CAPACITY,
+                "expiry": 60,
+                "group_expiry": 900,
+            },
+        }
+    }
+    # The stream log (answers/streams.py) lives in the cache, so every process reads it.
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": REDIS_URL,
+            "KEY_PREFIX": os.environ.get("CACHE_PREFIX", "answers"),
+        }
+    }
+else:
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels.layers.InMemoryChannelLayer",
+            "CONFIG": {"capacity": CHANNEL_CAPACITY, "expiry": 60, "group_expiry": 900},
+        }
+    }
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 
 # Nothing the model or a document wrote can run: scripts, styles, images and connections
 # come from this site only ('self' also covers its ws:/wss: in current browsers).

@@ -3,8 +3,10 @@ from __future__ import annotations
 import inspect
 
 import pytest
+from asgiref.sync import sync_to_async
 from django.contrib.auth.models import Group, Permission
 from django.core.management import call_command
+from django.db import connections
 
 from tests.corpus import load_corpus
 
@@ -21,9 +23,19 @@ async def _answer_streams_settle():  # type: ignore[no-untyped-def]
     """Generations outlive their sockets (answers.streams): each test's end before the
     next test, so none writes into a database being emptied."""
     yield
+    from channels.layers import DEFAULT_CHANNEL_LAYER, channel_layers
+
     from answers.streams import answer_streams_wait
 
     await answer_streams_wait(timeout=30)
+    # A Redis layer binds its locks and pools to the loop it first ran on; each test has
+    # its own loop, so each gets its own layer.
+    layer = channel_layers.backends.pop(DEFAULT_CHANNEL_LAYER, None)
+    if hasattr(layer, "close_pools"):
+        await layer.close_pools()
+    # The connection of the thread sync_to_async runs ORM calls on: PostgreSQL cannot drop
+    # the test database at the end while it is open.
+    await sync_to_async(connections.close_all)()
 
 
 def pytest_collection_modifyitems(items):  # type: ignore[no-untyped-def]
@@ -93,12 +105,12 @@ def call(capsys):  # type: ignore[no-untyped-def]
 
 @pytest.fixture(scope="session")
 def _daphne_live_server_process(django_db_setup):  # type: ignore[no-untyped-def]
-    """One daphne process (tests/live.py) for the session, on the test database file."""
+    """One daphne process (tests/live.py) for the session, on the test database."""
     from django.db import connections
 
     from tests.live import run_live_server
 
-    with run_live_server(connections["default"].settings_dict["NAME"]) as server:
+    with run_live_server(connections["default"].settings_dict) as server:
         yield server
 
 
@@ -114,6 +126,26 @@ def daphne_live_server(_daphne_live_server_process, corpus):  # type: ignore[no-
     start = server.log_size()
     yield server
     print(f"--- live server log ({server.url}) ---\n{server.log_since(start)}")
+
+
+@pytest.fixture(scope="session")
+def _slow_live_server_process(django_db_setup):  # type: ignore[no-untyped-def]
+    from tests.live import run_live_server
+
+    env = {"ANSWERS_EXTRACTIVE_DELAY": "0.1"}
+    with run_live_server(connections["default"].settings_dict, env=env) as server:
+        yield server
+
+
+@pytest.fixture
+def slow_live_server(_slow_live_server_process, corpus):  # type: ignore[no-untyped-def]
+    """Like ``daphne_live_server``, with answers slow enough (several seconds) to drop,
+    reload or open a second tab while one is still being written."""
+    server = _slow_live_server_process
+    server.check_alive()
+    start = server.log_size()
+    yield server
+    print(f"--- slow live server log ({server.url}) ---\n{server.log_since(start)}")
 
 
 @pytest.fixture(scope="session")

@@ -1,9 +1,10 @@
 """A live server for end-to-end tests: the real ASGI app under daphne, in its own process.
 
 The server is a plain ``daphne`` subprocess (not a fork of the test process), run with
-``tests.settings`` against the test database *file* (``DATABASE_URL``), so it sees what
-transactional tests commit. It uses the default offline ``extractive`` provider, slowed
-down a little (``ANSWERS_EXTRACTIVE_DELAY``) so that streaming is observable.
+``tests.settings`` against the test database (``DATABASE_URL``: the SQLite file, or the
+PostgreSQL test database), so it sees what transactional tests commit. It uses the default
+offline ``extractive`` provider, slowed down a little (``ANSWERS_EXTRACTIVE_DELAY``) so
+that streaming is observable.
 
 One server serves the whole session; ``tests/conftest.py`` exposes it as the
 ``daphne_live_server`` fixture, which also loads the corpus (``transactional_db``) for each test.
@@ -22,6 +23,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+from urllib.parse import quote
 
 import httpx
 
@@ -82,12 +85,28 @@ class LiveServer:
             )
 
 
-def _server_env(database_path: str) -> dict[str, str]:
+def database_url(settings_dict: dict[str, Any]) -> str:
+    """A ``DATABASE_URL`` for the database ``settings_dict`` describes (the test database)."""
+    name = str(settings_dict["NAME"])
+    if settings_dict["ENGINE"].endswith("sqlite3"):
+        if not name or name == ":memory:" or "mode=memory" in name:
+            raise RuntimeError("The live server needs a file database, not an in-memory one.")
+        return f"sqlite:///{os.path.abspath(name)}"
+    user = quote(str(settings_dict.get("USER") or ""))
+    password = quote(str(settings_dict.get("PASSWORD") or ""))
+    credentials = f"{user}:{password}@" if password else (f"{user}@" if user else "")
+    host, port = settings_dict.get("HOST") or "", settings_dict.get("PORT") or ""
+    return f"postgres://{credentials}{host}{':' + str(port) if port else ''}/{quote(name)}"
+
+
+def _server_env(database: dict[str, Any]) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in _SERVER_ENV_DROP}
     env.update(
         {
             "DJANGO_SETTINGS_MODULE": "tests.settings",
-            "DATABASE_URL": f"sqlite:///{database_path}",
+            "DATABASE_URL": database_url(database),
+            # The same test run as far as tests.settings is concerned (Redis prefixes).
+            "ANSWERS_TEST_DB": str(database["NAME"]),
             "ANSWERS_EXTRACTIVE_DELAY": EXTRACTIVE_DELAY,
             # DEBUG is off in tests.settings, which would make cookies Secure (no login
             # over plain http).
@@ -129,10 +148,13 @@ def _wait_until_serving(server: LiveServer, deadline: float) -> None:
 
 
 @contextmanager
-def run_live_server(database_path: str) -> Iterator[LiveServer]:
-    """Run daphne on a free port against ``database_path`` (an SQLite file) until exit."""
-    if not database_path or database_path == ":memory:" or "mode=memory" in database_path:
-        raise RuntimeError("The live server needs a file database, not an in-memory one.")
+def run_live_server(
+    database: dict[str, Any], *, env: dict[str, str] | None = None
+) -> Iterator[LiveServer]:
+    """Run daphne on a free port against ``database`` (a connection's settings_dict: an
+    SQLite file or PostgreSQL) until exit. With REDIS_URL set, it shares that Redis.
+    ``env`` adds to or overrides the server's environment."""
+    env = {**_server_env(database), **(env or {})}
     daphne = Path(sys.executable).with_name("daphne")
     command = [str(daphne)] if daphne.exists() else [sys.executable, "-m", "daphne"]
     command += ["-b", "127.0.0.1", "-p", "0", "config.asgi:application"]
@@ -142,7 +164,7 @@ def run_live_server(database_path: str) -> Iterator[LiveServer]:
     process = subprocess.Popen(
         command,
         cwd=REPO_ROOT,
-        env=_server_env(os.path.abspath(database_path)),
+        env=env,
         stdin=subprocess.DEVNULL,
         stdout=log_file,
         stderr=subprocess.STDOUT,

@@ -25,3 +25,16 @@ if DATABASES["default"]["ENGINE"].endswith("sqlite3"):  # noqa: F405
         "ANSWERS_TEST_DB",
         str(BASE_DIR / "test-db.sqlite3"),  # noqa: F405
     )
+else:
+    # PostgreSQL (the second CI run): pytest-django creates test_<NAME> afresh each run;
+    # one name per run so two runs on one machine do not collide.
+    DATABASES["default"].setdefault("TEST", {})["NAME"] = os.environ.get(  # noqa: F405
+        "ANSWERS_TEST_DB",
+        "test_" + str(DATABASES["default"]["NAME"]),  # noqa: F405
+    )
+
+if REDIS_URL:  # noqa: F405
+    # Test runs (and their live servers) on one Redis must not read each other's streams.
+    _run = str(DATABASES["default"]["TEST"]["NAME"]).replace("/", "_")  # noqa: F405
+    CACHES["default"]["KEY_PREFIX"] = f"answers-test-{_run}"  # noqa: F405
+    CHANNEL_LAYERS["default"]["CONFIG"]["prefix"] = f"answers-test-{_run}"  # noqa: F405

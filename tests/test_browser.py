@@ -184,3 +184,98 @@ def test_a_poisoned_document_loads_nothing_from_another_origin(page: Page, asker
     headers = page.request.get("/").headers
     assert "script-src 'self'" in headers["content-security-policy"]
     assert page.errors.messages == []  # type: ignore[attr-defined]
+
+
+# Resumable streams in the page: the socket drops, the page reloads, a second tab watches.
+
+# Keeps every socket the page opens, so a test can drop one as a network would.
+RECORD_SOCKETS = """
+(() => {
+  const Native = window.WebSocket;
+  window.__sockets = [];
+  function Recorded(url, protocols) {
+    const socket = protocols === undefined ? new Native(url) : new Native(url, protocols);
+    window.__sockets.push(socket);
+    return socket;
+  }
+  Recorded.prototype = Native.prototype;
+  for (const name of ["CONNECTING", "OPEN", "CLOSING", "CLOSED"]) Recorded[name] = Native[name];
+  window.WebSocket = Recorded;
+})();
+"""
+
+
+@pytest.fixture
+def slow_page(browser: Browser, slow_live_server) -> Iterator[Page]:  # type: ignore[no-untyped-def]
+    context = browser.new_context(base_url=slow_live_server.url)
+    context.set_default_timeout(TIMEOUT_MS)
+    context.add_init_script(RECORD_SOCKETS)
+    page = context.new_page()
+    page.errors = PageErrors(page)  # type: ignore[attr-defined]
+    yield page
+    context.close()
+
+
+def start_asking(page: Page, question: str) -> Locator:
+    """Ask, and return the turn once some of its answer has streamed in."""
+    page.evaluate(WATCH_STREAMING)
+    page.get_by_label("Your question").fill(question)
+    page.get_by_role("button", name="Ask", exact=True).click()
+    page.wait_for_function("() => window.__streamedWhileStreaming[0] !== undefined")
+    turn = page.locator("[data-turns] [data-turn]").first
+    expect(turn).to_have_attribute("data-answer-id", re.compile(r"^\d+$"))
+    return turn
+
+
+def test_a_dropped_socket_reconnects_and_the_same_answer_goes_on(slow_page: Page, asker) -> None:  # type: ignore[no-untyped-def]
+    from answers.models import Answer
+
+    log_in(slow_page, "asker", "pw-asker")
+    turn = start_asking(slow_page, QUESTION)
+    slow_page.evaluate("window.__sockets.at(-1).close()")  # the network drops it
+    expect(turn.locator("[data-answer]")).to_have_attribute("data-answer-state", "done")
+    assert slow_page.evaluate("window.__sockets.length") == 2
+    assert turn.locator(".error").count() == 0
+    check_citations(turn)
+    (answer,) = Answer.objects.all()  # resumed, not asked again
+    assert answer.status == "complete"
+    assert str(answer.pk) == turn.get_attribute("data-answer-id")
+    assert slow_page.errors.messages == []  # type: ignore[attr-defined]
+
+
+def test_a_reload_mid_answer_follows_it_again(slow_page: Page, asker) -> None:  # type: ignore[no-untyped-def]
+    from answers.models import Answer
+
+    log_in(slow_page, "asker", "pw-asker")
+    start_asking(slow_page, QUESTION)
+    slow_page.reload()
+    turn = slow_page.locator("[data-turns] [data-turn]")
+    expect(turn).to_have_count(1)
+    expect(turn.locator(".turn-question")).to_have_text(QUESTION)
+    expect(turn.locator("[data-answer]")).to_have_attribute("data-answer-state", "done")
+    check_citations(turn)
+    (answer,) = Answer.objects.all()
+    assert answer.status == "complete"
+    # Once it is done, a further reload starts afresh.
+    slow_page.reload()
+    expect(slow_page.get_by_label("Your question")).to_be_visible()
+    expect(slow_page.locator("[data-turns] [data-turn]")).to_have_count(0)
+
+
+def test_a_second_tab_watches_an_answer_being_written(slow_page: Page, asker) -> None:  # type: ignore[no-untyped-def]
+    log_in(slow_page, "asker", "pw-asker")
+    turn = start_asking(slow_page, QUESTION)
+    answer_id = turn.get_attribute("data-answer-id")
+    second = slow_page.context.new_page()
+    second.errors = PageErrors(second)  # type: ignore[attr-defined]
+    second.goto(f"/answers/{answer_id}/")
+    expect(second.locator("[data-watch]")).to_have_count(1)  # it was still being written
+    watched = second.locator("[data-turn]")
+    expect(watched.locator("[data-answer]")).to_have_attribute("data-answer-state", "done")
+    expect(turn.locator("[data-answer]")).to_have_attribute("data-answer-state", "done")
+    check_citations(watched)
+    assert (
+        watched.locator("[data-answer]").inner_html() == turn.locator("[data-answer]").inner_html()
+    )
+    expect(watched.locator("[data-feedback]")).to_be_visible()
+    assert second.errors.messages == []  # type: ignore[attr-defined]

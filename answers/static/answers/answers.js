@@ -50,6 +50,126 @@
     });
   }
 
+  // One socket with reconnection: onOpen runs on every (re)connection, so the caller can
+  // resume the answer it was following from the last sequence number it saw.
+  function answerSocket(handlers) {
+    var socket = null;
+    var delay = 1000;
+    var self = {
+      send: function (message) {
+        if (socket && socket.readyState === WebSocket.OPEN) {
+          socket.send(JSON.stringify(message));
+          return true;
+        }
+        return false;
+      },
+    };
+    function connect() {
+      var scheme = window.location.protocol === "https:" ? "wss://" : "ws://";
+      socket = new WebSocket(scheme + window.location.host + "/ws/answers/");
+      socket.addEventListener("open", function () {
+        delay = 1000;
+        handlers.onOpen();
+      });
+      socket.addEventListener("message", function (event) {
+        handlers.onMessage(JSON.parse(event.data));
+      });
+      socket.addEventListener("close", function (event) {
+        if (event.code === 4401) {
+          window.location.href = "/accounts/login/?next=" + encodeURIComponent(window.location.pathname);
+          return;
+        }
+        handlers.onLost();
+        window.setTimeout(connect, delay);
+        delay = Math.min(delay * 2, 10000);
+      });
+    }
+    connect();
+    return self;
+  }
+
+  // Renders one answer's stream into its turn; remembers the last sequence number seen.
+  function turnView(root, turn) {
+    var view = {
+      turn: turn,
+      answer: turn.querySelector("[data-answer]"),
+      slot: turn.querySelector("[data-sources-slot]"),
+      answerId: turn.dataset.answerId || null,
+      seq: 0,
+      // Apply one event; returns true when the stream has ended.
+      apply: function (message) {
+        if (typeof message.seq === "number") {
+          if (message.seq <= view.seq) return false; // already shown
+          view.seq = message.seq;
+        }
+        switch (message.type) {
+          case "references":
+            view.answerId = String(message.answer_id);
+            turn.dataset.answerId = view.answerId;
+            view.answer.textContent = "";
+            view.slot.innerHTML = "";
+            view.slot.insertAdjacentHTML("afterbegin", message.sources_html);
+            return false;
+          case "token":
+            view.answer.appendChild(document.createTextNode(message.text));
+            return false;
+          case "citation":
+            var entry = view.slot.querySelector('[data-number="' + Number(message.number) + '"]');
+            if (entry) entry.classList.add("cited");
+            return false;
+          case "done":
+            view.answer.innerHTML = message.html;
+            var panel = view.slot.querySelector("[data-sources-panel]");
+            if (panel) replaceWithHtml(panel, message.sources_html);
+            else view.slot.insertAdjacentHTML("afterbegin", message.sources_html);
+            turn.querySelector("[data-feedback]").hidden = false;
+            setupFeedback(root, turn);
+            view.finish("done");
+            return true;
+          case "error":
+            view.finish("error", message.message);
+            return true;
+        }
+        return false;
+      },
+      streaming: function () {
+        view.answer.dataset.answerState = "streaming";
+        view.answer.setAttribute("aria-busy", "true");
+      },
+      finish: function (state, message) {
+        view.answer.dataset.answerState = state;
+        view.answer.setAttribute("aria-busy", "false");
+        if (message) {
+          var p = document.createElement("p");
+          p.className = "error";
+          p.setAttribute("role", "alert");
+          p.textContent = message;
+          view.answer.appendChild(p);
+        }
+      },
+    };
+    return view;
+  }
+
+  var INFLIGHT_KEY = "cited-answers:inflight";
+
+  function remember(value) {
+    try {
+      if (value) window.sessionStorage.setItem(INFLIGHT_KEY, JSON.stringify(value));
+      else window.sessionStorage.removeItem(INFLIGHT_KEY);
+    } catch (e) {
+      /* storage may be disabled: resuming after a reload is a nicety */
+    }
+  }
+
+  function remembered() {
+    try {
+      return JSON.parse(window.sessionStorage.getItem(INFLIGHT_KEY) || "null");
+    } catch (e) {
+      return null;
+    }
+  }
+
   function setupAsk(root) {
     var form = root.querySelector("[data-ask-form]");
     var textarea = form.querySelector("textarea");
@@ -61,7 +181,6 @@
     var template = root.querySelector("[data-turn-template]");
     var conversationId = null;
     var current = null;
-    var socket = null;
     var pending = null;
 
     function setBusy(busy) {
@@ -69,91 +188,59 @@
       stopButton.disabled = !busy;
     }
 
-    function connect() {
-      var scheme = window.location.protocol === "https:" ? "wss://" : "ws://";
-      socket = new WebSocket(scheme + window.location.host + "/ws/answers/");
-      socket.addEventListener("open", function () {
-        status.textContent = "";
-        if (pending) {
-          socket.send(JSON.stringify(pending));
-          pending = null;
-        }
-      });
-      socket.addEventListener("message", function (event) {
-        handle(JSON.parse(event.data));
-      });
-      socket.addEventListener("close", function (event) {
-        if (event.code === 4401) {
-          window.location.href = "/accounts/login/?next=" + encodeURIComponent(window.location.pathname);
-          return;
-        }
-        if (current) finish("error", "The connection was lost. Please ask again.");
-        status.textContent = "Reconnecting…";
-        window.setTimeout(connect, 1500);
-      });
-    }
-
     function newTurn(question) {
       var fragment = template.content.cloneNode(true);
-      var turn = fragment.querySelector("[data-turn]");
-      turn.querySelector(".turn-question").textContent = question;
+      fragment.querySelector(".turn-question").textContent = question;
       turns.appendChild(fragment);
-      var added = turns.lastElementChild;
-      var answer = added.querySelector("[data-answer]");
-      answer.setAttribute("aria-busy", "true");
-      return { turn: added, answer: answer, slot: added.querySelector("[data-sources-slot]") };
+      var view = turnView(root, turns.lastElementChild);
+      view.streaming();
+      return view;
     }
 
-    function finish(state, message) {
-      if (!current) return;
-      current.answer.dataset.answerState = state;
-      current.answer.setAttribute("aria-busy", "false");
-      if (message) {
-        var p = document.createElement("p");
-        p.className = "error";
-        p.setAttribute("role", "alert");
-        p.textContent = message;
-        current.answer.appendChild(p);
-      }
+    function ended() {
       current = null;
+      remember(null);
       setBusy(false);
       textarea.focus();
     }
 
-    function handle(message) {
-      if (message.type === "error" && !current) {
-        status.textContent = message.message;
-        return;
-      }
-      if (!current) return;
-      switch (message.type) {
-        case "references":
-          conversationId = message.conversation_id;
-          current.turn.dataset.answerId = message.answer_id;
-          current.slot.innerHTML = "";
-          current.slot.insertAdjacentHTML("afterbegin", message.sources_html);
-          break;
-        case "token":
-          current.answer.appendChild(document.createTextNode(message.text));
-          break;
-        case "citation":
-          var entry = current.slot.querySelector('[data-number="' + Number(message.number) + '"]');
-          if (entry) entry.classList.add("cited");
-          break;
-        case "done":
-          current.answer.innerHTML = message.html;
-          var panel = current.slot.querySelector("[data-sources-panel]");
-          if (panel) replaceWithHtml(panel, message.sources_html);
-          else current.slot.insertAdjacentHTML("afterbegin", message.sources_html);
-          current.turn.querySelector("[data-feedback]").hidden = false;
-          setupFeedback(root, current.turn);
-          finish("done");
-          break;
-        case "error":
-          finish("error", message.message);
-          break;
-      }
-    }
+    var socket = answerSocket({
+      onOpen: function () {
+        status.textContent = "";
+        if (current && current.answerId && !pending) {
+          // Back after a drop (maybe on another server): the rest of the same answer.
+          pending = { type: "resume", answer_id: Number(current.answerId), after: current.seq };
+        }
+        if (pending && socket.send(pending)) pending = null;
+      },
+      onLost: function () {
+        if (current && !current.answerId) {
+          // The question may never have arrived: there is nothing to resume.
+          current.finish("error", "The connection was lost. Please ask again.");
+          ended();
+        }
+        status.textContent = current ? "Reconnecting… the answer goes on." : "Reconnecting…";
+      },
+      onMessage: function (message) {
+        if (message.type === "error" && !current) {
+          status.textContent = message.message;
+          return;
+        }
+        if (!current) return;
+        if (message.type === "references") conversationId = message.conversation_id;
+        if (current.apply(message)) {
+          ended();
+          return;
+        }
+        if (current.answerId) {
+          remember({
+            answerId: current.answerId,
+            question: current.turn.querySelector(".turn-question").textContent,
+            conversationId: conversationId,
+          });
+        }
+      },
+    });
 
     form.addEventListener("submit", function (event) {
       event.preventDefault();
@@ -163,8 +250,7 @@
       setBusy(true);
       textarea.value = "";
       var message = { type: "ask", question: question, conversation_id: conversationId };
-      if (socket && socket.readyState === WebSocket.OPEN) socket.send(JSON.stringify(message));
-      else pending = message;
+      if (!socket.send(message)) pending = message;
     });
     textarea.addEventListener("keydown", function (event) {
       if (event.key === "Enter" && !event.shiftKey) {
@@ -173,20 +259,60 @@
       }
     });
     stopButton.addEventListener("click", function () {
-      if (socket && socket.readyState === WebSocket.OPEN) socket.send(JSON.stringify({ type: "stop" }));
+      socket.send({ type: "stop" });
     });
     newButton.addEventListener("click", function () {
       conversationId = null;
       turns.innerHTML = "";
       textarea.focus();
     });
-    connect();
+
+    // Reloaded while an answer was being written: follow it again from the start.
+    var inflight = remembered();
+    if (inflight && inflight.answerId) {
+      conversationId = inflight.conversationId || null;
+      current = newTurn(inflight.question || "");
+      current.answerId = String(inflight.answerId);
+      setBusy(true);
+      pending = { type: "resume", answer_id: Number(inflight.answerId), after: 0 };
+    }
+  }
+
+  // An answer's own page while it is still being written (a second tab): watch it live.
+  function setupWatch(root) {
+    var view = turnView(root, root.querySelector("[data-turn]"));
+    var status = root.querySelector("[data-watch-status]");
+    var done = false;
+    view.streaming();
+    var socket = answerSocket({
+      onOpen: function () {
+        if (done) return;
+        status.textContent = "Being written…";
+        socket.send({ type: "resume", answer_id: Number(view.answerId), after: view.seq });
+      },
+      onLost: function () {
+        if (!done) status.textContent = "Reconnecting…";
+      },
+      onMessage: function (message) {
+        if (done) return;
+        if (message.type === "error" && typeof message.seq !== "number" && message.code) {
+          view.finish("error", message.message);
+          done = true;
+          return;
+        }
+        if (view.apply(message)) {
+          done = true;
+          status.textContent = message.type === "done" ? "Status: " + message.status : "";
+        }
+      },
+    });
   }
 
   document.addEventListener("DOMContentLoaded", function () {
     var root = document.querySelector("[data-ask]");
     if (root) setupAsk(root);
     var readonly = document.querySelector("[data-ask-readonly]");
-    if (readonly) setupReadonly(readonly);
+    if (readonly && readonly.hasAttribute("data-watch")) setupWatch(readonly);
+    else if (readonly) setupReadonly(readonly);
   });
 })();
