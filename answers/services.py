@@ -34,6 +34,9 @@ from .types import Candidate
 TOKEN_PREFIX = "ca_"  # noqa: S105 (a prefix, not a secret)
 # Writing last_used_at on every request would make every read a write.
 TOKEN_TOUCH_INTERVAL = timedelta(minutes=1)
+# Bounded retries of a write that lost a race to a concurrent writer (see each use).
+TURN_ATTEMPTS = 3
+INGEST_ATTEMPTS = 3
 
 
 class LimitExceeded(Exception):
@@ -77,19 +80,27 @@ def question_create(
     retrieval_ms: int,
 ) -> CreatedQuestion:
     """Store the question, its streaming answer and every candidate with its fate."""
-    for attempt in range(3):
+    for attempt in range(TURN_ATTEMPTS):
+        # From the argument again: a conversation a failed attempt created was rolled back.
+        current = conversation
+        turn = 1
         try:
             with transaction.atomic():
-                if conversation is None:
-                    conversation = Conversation.objects.create(owner=user)
-                    turn = 1
+                if current is None:
+                    current = Conversation.objects.create(owner=user)
                 else:
-                    last = Question.objects.filter(conversation=conversation).aggregate(
+                    # Questions in one conversation take their turns one after another: lock
+                    # its row (NO KEY: rows that only reference it are not blocked) before
+                    # reading the last turn, so two writers never compute the same one.
+                    Conversation.objects.select_for_update(no_key=True).filter(
+                        pk=current.pk
+                    ).exists()
+                    last = Question.objects.filter(conversation=current).aggregate(
                         last=Max("turn")
                     )["last"]
                     turn = (last or 0) + 1
                 question = Question.objects.create(
-                    conversation=conversation, turn=turn, text=text, user=user
+                    conversation=current, turn=turn, text=text, user=user
                 )
                 answer = Answer.objects.create(
                     question=question,
@@ -112,10 +123,17 @@ def question_create(
                         for c in candidates
                     ]
                 )
-            return CreatedQuestion(conversation=conversation, question=question, answer=answer)
+            return CreatedQuestion(conversation=current, question=question, answer=answer)
         except IntegrityError:
-            # Two questions raced for the same turn of one conversation: take the next turn.
-            if attempt == 2 or conversation is None:
+            # The atomic block has rolled back (to its savepoint inside an outer transaction),
+            # so a retry starts clean. Retry only a lost turn race (where the lock does not
+            # hold, e.g. a backend ignoring FOR UPDATE): then another writer's question holds
+            # that turn now. Anything else (a deleted conversation, ...) is a real error.
+            raced = (
+                conversation is not None
+                and Question.objects.filter(conversation=conversation, turn=turn).exists()
+            )
+            if not raced or attempt == TURN_ATTEMPTS - 1:
                 raise
     raise AssertionError("unreachable")
 
@@ -196,6 +214,9 @@ def feedback_record(*, answer: Answer, user: User, rating: str, comment: str) ->
     """One feedback per user and answer; giving it again replaces it."""
     if rating not in Feedback.Rating.values:
         raise ValueError(f"rating must be one of {', '.join(Feedback.Rating.values)}")
+    # Safe against two concurrent first feedbacks: update_or_create runs in a transaction,
+    # and when its INSERT loses to the other one's on the unique (answer, user) it rolls
+    # back to a savepoint and locks and updates the committed row instead (a test checks).
     feedback, _ = Feedback.objects.update_or_create(
         answer=answer, user=user, defaults={"rating": rating, "comment": comment}
     )
@@ -251,28 +272,50 @@ def document_ingest(
     group: Group | None = None,
     chunk_size: int,
 ) -> IngestResult:
-    """Create or update a document; unchanged bodies are skipped, changed ones re-chunked."""
+    """Create or update a document; unchanged bodies are skipped, changed ones re-chunked.
+
+    Safe when several processes ingest the same ``source_key`` at once: the row lock
+    serializes writers of an existing document, the unique ``source_key`` lets only one
+    create it, and the others retry and find it (see below).
+    """
     digest = content_hash(body)
-    with transaction.atomic():
-        document = Document.objects.select_for_update().filter(source_key=source_key).first()
-        outcome = "updated"
-        if document is None:
-            document = Document(source_key=source_key)
-            outcome = "created"
-        elif document.content_hash == digest and document.title == title:
-            _document_apply_access(document=document, group=group)
-            return IngestResult(document, "unchanged", document.chunks.count())
-        document.title, document.body, document.url, document.content_hash = (
-            title,
-            body,
-            url or document.url,
-            digest,
-        )
-        document.save()
-        spans = chunk_text(body, size=chunk_size)
-        _document_replace_chunks(document=document, spans=spans)
-        _document_apply_access(document=document, group=group)
-    return IngestResult(document, outcome, len(spans))
+    spans: list[ChunkSpan] | None = None
+    for attempt in range(INGEST_ATTEMPTS):
+        creating = False
+        try:
+            with transaction.atomic():
+                document = (
+                    Document.objects.select_for_update().filter(source_key=source_key).first()
+                )
+                outcome = "updated"
+                if document is None:
+                    document = Document(source_key=source_key)
+                    outcome, creating = "created", True
+                elif document.content_hash == digest and document.title == title:
+                    _document_apply_access(document=document, group=group)
+                    return IngestResult(document, "unchanged", document.chunks.count())
+                document.title, document.body, document.url, document.content_hash = (
+                    title,
+                    body,
+                    url or document.url,
+                    digest,
+                )
+                document.save()
+                if spans is None:
+                    spans = chunk_text(body, size=chunk_size)
+                _document_replace_chunks(document=document, spans=spans)
+                _document_apply_access(document=document, group=group)
+            return IngestResult(document, outcome, len(spans))
+        except IntegrityError:
+            # Two writers that both found no row both INSERT; on PostgreSQL the later one
+            # waits on the unique index until the first commits, then fails here. Its
+            # transaction is rolled back, so a fresh attempt finds the committed row, locks
+            # it and ends "unchanged" or "updated". Only that race is retried: an error
+            # while updating, or with no such row now, is a real one.
+            raced = creating and Document.objects.filter(source_key=source_key).exists()
+            if not raced or attempt == INGEST_ATTEMPTS - 1:
+                raise
+    raise AssertionError("unreachable")
 
 
 def document_save(*, document: Document, chunk_size: int) -> Document:
