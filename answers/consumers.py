@@ -153,8 +153,9 @@ class AnswerConsumer(AsyncJsonWebsocketConsumer):
         except pipeline.AskRefused as exc:
             await self._error(exc.message, exc.code)
             return
-        self.answer_id = run.answer.pk
         await streams.answer_stream_start(run=run)
+        # Only now may "stop" go to the answer: before, the generation was not listening.
+        self.answer_id = run.answer.pk
         if self.stop_requested:  # "stop" came while the question was being prepared
             await streams.answer_stream_stop(answer_id=run.answer.pk)
         await self._relay(run.answer.pk, user, after=0)

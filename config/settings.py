@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import secrets
 from pathlib import Path
+from typing import Any
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
@@ -155,6 +156,8 @@ LOGOUT_REDIRECT_URL = "login"
 # that died without leaving (longer than any answer can stream).
 REDIS_URL = os.environ.get("REDIS_URL", "")
 CHANNEL_CAPACITY = int(os.environ.get("CHANNEL_CAPACITY", "1000"))
+CHANNEL_LAYERS: dict[str, dict[str, Any]]
+CACHES: dict[str, dict[str, Any]]
 if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {

@@ -522,7 +522,7 @@ def test_provider_failure_is_a_generic_502_and_stored_as_failed(client, asker, s
 
 
 @pytest.mark.parametrize("logged_in", [False, True], ids=["anonymous", "logged-in"])
-def test_openapi_schema_lists_the_four_operations(client, asker, logged_in):
+def test_openapi_schema_lists_every_operation(client, asker, logged_in):
     if logged_in:
         client.force_login(asker)
     response = client.get("/api/openapi.json")
@@ -539,6 +539,8 @@ def test_openapi_schema_lists_the_four_operations(client, asker, logged_in):
         ("GET", "/api/answers"),
         ("GET", "/api/answers/{answer_id}"),
         ("POST", "/api/answers/{answer_id}/feedback"),
+        ("GET", "/api/answers/{answer_id}/events"),
+        ("POST", "/api/answers/{answer_id}/stop"),
     }
 
 
