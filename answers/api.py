@@ -121,6 +121,7 @@ def _not_found(request: HttpRequest, exc: selectors.NotFound) -> HttpResponse:
         422: InvalidOut,
         429: ErrorOut,
         502: ErrorOut,
+        503: ErrorOut,
     },
     summary="Ask a question",
 )
@@ -135,9 +136,10 @@ async def create_answer(request: HttpRequest, payload: AskIn) -> Any:
     `citation` (`number`, `document_id`, the first time a source is cited), then one
     `done` (this operation's JSON body plus `number_map`) or one `error` (`message`).
     Each event's `id` is its sequence number in the answer's stream. Refusals (401, 403,
-    404, 422) come as JSON before any event. The answer is generated to the end even if
-    the client goes away: `GET /answers/{answer_id}/events` resumes it, and
-    `POST /answers/{answer_id}/stop` stops it.
+    404, 422, and 503 when the channel layer is unreachable) come as JSON before any
+    event. The answer is generated to the end even if the client goes away:
+    `GET /answers/{answer_id}/events` resumes it, and `POST /answers/{answer_id}/stop`
+    stops it.
     """
     if "text/event-stream" in request.headers.get("Accept", ""):
         user = request.auth  # type: ignore[attr-defined]

@@ -150,10 +150,10 @@ class AnswerConsumer(AsyncJsonWebsocketConsumer):
             run = await pipeline.start_answer(
                 user=user, question=question, conversation_id=conversation_id
             )
+            await streams.answer_stream_start(run=run)
         except pipeline.AskRefused as exc:
             await self._error(exc.message, exc.code)
             return
-        await streams.answer_stream_start(run=run)
         # Only now may "stop" go to the answer: before, the generation was not listening.
         self.answer_id = run.answer.pk
         if self.stop_requested:  # "stop" came while the question was being prepared

@@ -250,6 +250,10 @@ class AnswerRun:
             )
         return await stored_done(answer_id=self.answer.pk, user=self.user)
 
+    async def fail(self, reason: str) -> None:
+        """Store a run that could not be streamed at all as failed (never begun)."""
+        await self._complete("", Answer.Status.FAILED, None, reason)
+
     async def events(self) -> AsyncGenerator[Event, None]:
         yield ReferencesEvent(
             answer_id=self.answer.pk,

@@ -56,6 +56,12 @@ class AnswerNotFound(pipeline.AskRefused):
     status, code = 404, "not_found"
 
 
+class StreamUnavailable(pipeline.AskRefused):
+    """The channel layer (Redis) cannot be reached: the answer cannot be streamed."""
+
+    status, code = 503, "unavailable"
+
+
 @dataclass(frozen=True)
 class StreamEvent:
     """One numbered event of an answer's stream, as every transport sends it.
@@ -149,9 +155,16 @@ async def answer_stream_start(*, run: pipeline.AnswerRun) -> None:
     """Generate ``run``'s answer in this process, whoever follows it (or nobody)."""
     answer_id = run.answer.pk
     layer = _layer()
-    # Listening for "stop" before returning: a stop sent right after the ask is not lost.
-    control = await layer.new_channel()
-    await layer.group_add(_control_group(answer_id), control)
+    try:
+        # Listening for "stop" before returning: a stop sent right after the ask is not lost.
+        control = await layer.new_channel()
+        await layer.group_add(_control_group(answer_id), control)
+    except Exception:
+        logger.exception("The stream of answer %s could not start", answer_id)
+        await run.fail("the channel layer could not be reached")
+        raise StreamUnavailable(
+            "Answers cannot be streamed right now. Please try again shortly."
+        ) from None
     # A fresh context: the task must not inherit the request's (Django runs each request's
     # thread-sensitive work on an executor that ends with the request).
     task = asyncio.create_task(

@@ -6,6 +6,7 @@ import asyncio
 from datetime import timedelta
 
 import pytest
+from asgiref.sync import sync_to_async
 from bs4 import BeautifulSoup
 from channels.layers import get_channel_layer
 from django.core.cache import cache
@@ -218,3 +219,30 @@ async def test_an_answer_whose_process_died_ends_with_an_error(corpus, asker, se
     events = [e async for e in streams.answer_stream_follow(answer_id=answer.pk, user=asker)]
     assert [(e.seq, e.type) for e in events] == [(None, "error")]
     assert events[0].data["message"] == streams.ABANDONED_MESSAGE
+
+
+async def test_an_unreachable_channel_layer_refuses_the_stream_and_stores_the_failure(
+    corpus, asker, settings
+):
+    from django.test import AsyncClient
+
+    from answers.services import api_token_create
+
+    settings.CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": ["redis://127.0.0.1:1/0"]},  # nothing listens there
+        }
+    }
+    _, token = await sync_to_async(api_token_create)(user=asker, name="t")
+    response = await AsyncClient().post(
+        "/api/answers",
+        data={"question": QUESTION},
+        content_type="application/json",
+        headers={"Accept": "text/event-stream", "Authorization": f"Bearer {token}"},
+    )
+    assert response.status_code == 503
+    assert response["Content-Type"].startswith("application/json")
+    assert response.json()["code"] == "unavailable"
+    answer = await Answer.objects.aget()
+    assert answer.status == "failed" and "channel layer" in answer.error
