@@ -14,15 +14,15 @@ distinctive words the corpus never uses cannot score high, on any corpus.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 
 from django.db import connection
 from django.db.backends.utils import CursorWrapper
 
+from . import bm25
 from .base import SearchHit, query_terms
 
-K1 = 1.2  # FTS5's built-in bm25() constant
+K1 = bm25.K1  # FTS5's built-in bm25() constant
 FTS_TABLE = "answers_chunk_fts"
 VOCAB_TABLE = "answers_chunk_fts_vocab"
 _TOKENIZER = "porter unicode61 remove_diacritics 2"
@@ -34,6 +34,7 @@ def _quote(term: str) -> str:
 
 class SQLiteFTS5Backend:
     name = "sqlite-fts5"
+    vendor = "sqlite"  # the database it needs (a system check compares it)
 
     def search(self, query: str, *, limit: int) -> list[SearchHit]:
         with connection.cursor() as cursor:
@@ -98,9 +99,5 @@ class SQLiteFTS5Backend:
 
     @staticmethod
     def _score_bound(stems: Iterable[str], doc_counts: dict[str, int], rows: int) -> float:
-        total_idf = 0.0
-        for stem in stems:
-            hits = doc_counts.get(stem, 0)
-            idf = math.log((rows - hits + 0.5) / (hits + 0.5)) if rows else 0.0
-            total_idf += idf if idf > 0 else 1e-6  # FTS5 clamps the same way
-        return max((K1 + 1) * total_idf, 1e-9)
+        # FTS5's idf, clamped the same way; a stem the corpus lacks gets the highest.
+        return bm25.score_bound(bm25.idf(doc_counts.get(stem, 0), rows) for stem in stems)
