@@ -11,11 +11,13 @@ from typing import Any
 
 from django.conf import settings
 from django.core.signals import setting_changed
+from django.db import connection
 from django.dispatch import receiver
 from django.utils.module_loading import import_string
 
 DEFAULTS: dict[str, Any] = {
-    # Dotted path of the search backend; None picks one for the database in use.
+    # Dotted path of the search backend; None picks one for the database in use (SQLite
+    # FTS5 or PostgreSQL full-text search).
     "SEARCH_BACKEND": None,
     # Dotted path of a reranker, or None for no reranking.
     "RERANKER": None,
@@ -69,6 +71,11 @@ DEFAULTS: dict[str, Any] = {
     "STREAM_COALESCE_MS": 0,
 }
 
+_SEARCH_BACKENDS = {
+    "sqlite": "answers.search.sqlite_fts5.SQLiteFTS5Backend",
+    "postgresql": "answers.search.postgres.PostgreSQLBackend",
+}
+
 _PROVIDER_ALIASES = {
     "extractive": "answers.providers.extractive.ExtractiveProvider",
     "openai": "answers.providers.openai.OpenAIProvider",
@@ -99,9 +106,12 @@ class AnswersSettings:
         return _PROVIDER_ALIASES.get(value, value)
 
     def search_backend_path(self) -> str:
+        """``SEARCH_BACKEND``, or else the built-in backend for the database in use."""
         if self.SEARCH_BACKEND:
             return str(self.SEARCH_BACKEND)
-        return "answers.search.sqlite_fts5.SQLiteFTS5Backend"
+        # The vendor comes from settings, without connecting. Another vendor gets the
+        # SQLite backend, which the system check then reports as not fitting the database.
+        return _SEARCH_BACKENDS.get(connection.vendor, _SEARCH_BACKENDS["sqlite"])
 
     def import_setting(self, path: str) -> Any:
         return import_string(path)

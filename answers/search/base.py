@@ -2,7 +2,8 @@
 
 A backend returns chunk ids with a *normalized* score: 0..1, higher is better, and
 comparable across corpora and query lengths, so one ``SCORE_THRESHOLD`` means the same
-everywhere. How each backend normalizes is documented on the backend and in the README.
+everywhere. How each backend normalizes is documented on the backend and in the README;
+the built-in ones (SQLite FTS5, PostgreSQL) share one formula (``bm25``, ADR 0003, 0007).
 """
 
 from __future__ import annotations
@@ -47,6 +48,8 @@ class SearchHit:
 
 
 class SearchBackend(Protocol):
+    # A backend may also set ``vendor`` (a Django database vendor: "sqlite",
+    # "postgresql"): the system check then refuses it on any other database.
     name: str
 
     def search(self, query: str, *, limit: int) -> list[SearchHit]:

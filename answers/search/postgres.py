@@ -1,0 +1,208 @@
+"""Search on PostgreSQL full-text search, scored exactly like the SQLite FTS5 backend.
+
+Migration 0004 stores on each chunk ``search_vector`` (document title with weight A, chunk
+text with weight B, both through ``answers_english``: snowball english stemming, no stop
+words, punctuation made a separator like FTS5's unicode61) and ``search_length`` (its
+number of token positions), kept current by triggers on chunks and on document titles,
+with a GIN index on the vector.
+
+Normalization (ADR 0007; the same as FTS5's, ADR 0003): a chunk's raw score is FTS5's
+BM25, computed in SQL over the chunk's own vector::
+
+    sum over the query's terms of  idf * f * (k1+1) / (f + k1 * (1 - b + b * dl / avgdl))
+
+with k1 = 1.2, b = 0.75, f = 2 * (title positions) + (text positions) of the term's
+lexeme, dl = ``search_length``, avgdl = its average over all chunks, and
+idf = ln((N - n + 0.5) / (n + 0.5)) from the term's chunk count n among N chunks,
+replaced by 1e-6 when <= 0. Each term adds less than ``idf * (k1+1)``, so the raw score is
+divided by ``(k1+1) * sum(idf)`` over *all* the query's terms (one the corpus lacks counts
+at the highest idf, n = 0) and clamped to 1.0: the share of the question's evidence a
+chunk carries, on the same 0..1 scale as FTS5, so one ``SCORE_THRESHOLD`` means the same on
+both. As in FTS5's plan, terms in half the chunks or more (idf clamped to ~0) are left out
+of the match and of the sum but still count in the bound. ``ts_rank`` is not used: it has
+no idf, so it cannot rank or pre-filter by BM25. The one shortcut is exact: chunks holding
+only common terms are left unscored when they provably cannot reach the result (``_top``).
+
+Differences from FTS5: snowball (Porter2) instead of the original Porter stemmer, so a few
+words stem differently; no diacritics folding ("café" does not match "cafe"); at most 256
+positions per lexeme and positions capped at 16383 (PostgreSQL's tsvector limits, far
+beyond a chunk of the default size).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from django.contrib.postgres.search import SearchQuery, SearchVectorField
+from django.db import connection
+from django.db.models import Avg, Count, FloatField, Q, QuerySet
+from django.db.models.expressions import RawSQL
+
+from ..models import Chunk
+from . import bm25
+from .base import SearchHit, query_terms
+
+CONFIG = "answers_english"  # created by migration 0004
+
+# The raw BM25 of the chunk in the outer query for the (lexeme, idf) pairs passed in, in
+# the order FTS5's bm25() computes it. The chunk's vector is first cut down to the query's
+# lexemes (two ts_delete calls, cheap in C), so unnest() yields a row per query lexeme it
+# holds, with positions and their weights; a position counts 1, a title (A) one the title
+# weight. Parameters: k1, k1, b, b, avgdl, lexemes, lexemes, idfs, title weight.
+_BM25_SQL = """
+SELECT coalesce(sum(q.idf * (
+    (f.freq * (%s::float8 + 1))
+    / (f.freq + %s::float8 * (1 - %s::float8
+       + %s::float8 * "answers_chunk"."search_length" / %s::float8))
+)), 0)
+FROM unnest(ts_delete("answers_chunk"."search_vector", tsvector_to_array(
+         ts_delete("answers_chunk"."search_vector", %s::text[])
+     ))) AS v(lexeme, positions, weights)
+JOIN unnest(%s::text[], %s::float8[]) AS q(lexeme, idf) ON q.lexeme = v.lexeme
+CROSS JOIN LATERAL (
+    SELECT cardinality(v.weights)
+           + (%s::float8 - 1) * cardinality(array_positions(v.weights, 'A')) AS freq
+) AS f
+"""
+# Each term's first lexeme, as the index stores it (the same cleaning and configuration).
+_LEXEMES_SQL = f"""
+SELECT t.ord, (
+    SELECT v.lexeme
+    FROM unnest(to_tsvector('{CONFIG}', answers_search_clean(t.term))) AS v
+    ORDER BY v.positions[1] LIMIT 1
+)
+FROM unnest(%s::text[]) WITH ORDINALITY AS t(term, ord)
+"""  # noqa: S608 (CONFIG is a constant)
+
+
+def _tsquery(lexemes: Sequence[str]) -> SearchQuery:
+    """Any of ``lexemes``, matched as they are: 'simple' only lower-cases, never stems."""
+    quoted = ("'" + lexeme.replace("\\", "\\\\").replace("'", "''") + "'" for lexeme in lexemes)
+    return SearchQuery(" | ".join(quoted), config="simple", search_type="raw")
+
+
+def _matching(lexemes: Sequence[str]) -> Q:
+    """Chunks holding any of ``lexemes`` (a GIN index lookup), on ``_chunks()``."""
+    return Q(search_vector=_tsquery(lexemes))
+
+
+def _chunks() -> QuerySet[Chunk]:
+    # The columns are not model fields (SQLite has none), so they come in as expressions.
+    return Chunk.objects.annotate(
+        search_vector=RawSQL('"answers_chunk"."search_vector"', [], SearchVectorField())
+    )
+
+
+class PostgreSQLBackend:
+    name = "postgresql"
+    vendor = "postgresql"  # the database it needs (a system check compares it)
+
+    def search(self, query: str, *, limit: int) -> list[SearchHit]:
+        lexemes = self.lexemes(query_terms(query))
+        if not lexemes:
+            return []
+        doc_counts = self._doc_counts(set(lexemes))
+        if not any(doc_counts.values()):
+            return []  # nothing matches: skip the scoring query
+        stats = Chunk.objects.aggregate(
+            rows=Count("*"),
+            avgdl=Avg(RawSQL('"answers_chunk"."search_length"', [], FloatField())),
+        )
+        rows, avgdl = int(stats["rows"]), float(stats["avgdl"] or 0.0)
+        if not rows or avgdl <= 0:
+            return []
+        idfs = {lexeme: bm25.idf(doc_counts[lexeme], rows) for lexeme in doc_counts}
+        bound = bm25.score_bound(idfs[lexeme] for lexeme in lexemes)
+        # A term in half the chunks or more cannot move a score (its idf is clamped to
+        # ~0) but would make nearly every row match and be scored. Leave it out, as FTS5's
+        # plan does; when every term is that common, keep them all.
+        useful = [lexeme for lexeme in lexemes if doc_counts[lexeme] < rows / 2] or lexemes
+        scored = self._top(useful, idfs, doc_counts, avgdl, limit)
+        return [SearchHit(chunk_id=pk, score=min(1.0, raw / bound)) for pk, raw in scored]
+
+    def _top(
+        self,
+        useful: list[str],
+        idfs: dict[str, float],
+        doc_counts: dict[str, int],
+        avgdl: float,
+        limit: int,
+    ) -> list[tuple[int, float]]:
+        """The best ``limit`` chunks holding any of ``useful``, exactly, scoring fewer.
+
+        A term adds strictly less than ``(k1+1) * idf`` to any chunk, so a chunk holding
+        only some common terms scores below the sum of their ceilings. Chunks holding the
+        rarer terms are scored first; when the ``limit``-th of them is at or above the
+        common terms' ceiling, the chunks holding only common terms cannot enter the
+        result and are never scored (MaxScore pruning: the result is the same as scoring
+        every matching chunk; FTS5 scores them all).
+        """
+
+        def ceiling(skipped: list[str]) -> float:
+            return sum((bm25.K1 + 1) * idfs[x] for x in useful if x in skipped)
+
+        # Rarest first; start with the fewest rare lexemes that may fill the result.
+        by_rarity = sorted(set(useful), key=lambda x: (doc_counts[x], x))
+        first, held = [], 0
+        for lexeme in by_rarity:
+            first.append(lexeme)
+            held += doc_counts[lexeme]
+            if held >= limit:
+                break
+        scored = self._score(useful, idfs, avgdl, first, limit)
+        skipped = by_rarity[len(first) :]
+        if not skipped:
+            return scored
+        floor = scored[-1][1] if len(scored) == limit else 0.0
+        if ceiling(skipped) <= floor:
+            return scored
+        # Skip only the commonest lexemes whose ceiling is under the floor found so far:
+        # scoring more chunks can only raise the floor, so this pass is exact.
+        while skipped and ceiling(skipped) > floor:
+            skipped.pop(0)
+        return self._score(useful, idfs, avgdl, by_rarity[: len(by_rarity) - len(skipped)], limit)
+
+    def _score(
+        self,
+        useful: list[str],
+        idfs: dict[str, float],
+        avgdl: float,
+        matching: list[str],
+        limit: int,
+    ) -> list[tuple[int, float]]:
+        """The best ``limit`` chunks holding any of ``matching``, scored on all ``useful``."""
+        k1, b = bm25.K1, bm25.B
+        params = [k1, k1, b, b, avgdl, useful, useful, [idfs[x] for x in useful], bm25.TITLE_WEIGHT]
+        score = RawSQL(_BM25_SQL, params, FloatField())  # noqa: S611 (constant SQL, bound values)
+        return list(
+            _chunks()
+            .filter(_matching(matching))
+            .annotate(bm25=score)
+            .order_by("-bm25", "pk")
+            .values_list("pk", "bm25")[:limit]
+        )
+
+    def lexemes(self, terms: list[str]) -> list[str]:
+        """Each term's lexeme, one per term in order (duplicates kept: each is a term of
+        the query, as each is an FTS5 phrase); terms that yield none are dropped."""
+        if not terms:
+            return []
+        with connection.cursor() as cursor:
+            cursor.execute(_LEXEMES_SQL, [terms])
+            found = dict(cursor.fetchall())
+        return [found[position] for position in range(1, len(terms) + 1) if found[position]]
+
+    def _doc_counts(self, lexemes: set[str]) -> dict[str, int]:
+        """How many chunks hold each lexeme: one pass over the rows that hold any."""
+        ordered = sorted(lexemes)
+        counts = (
+            _chunks()
+            .filter(_matching(ordered))
+            .aggregate(
+                **{
+                    f"n{i}": Count("pk", filter=_matching([lexeme]))
+                    for i, lexeme in enumerate(ordered)
+                }
+            )
+        )
+        return {lexeme: int(counts[f"n{i}"]) for i, lexeme in enumerate(ordered)}
