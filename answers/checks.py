@@ -6,6 +6,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, register
+from django.db import connection
 from django.utils.module_loading import import_string
 
 from .conf import DEFAULTS, answers_settings
@@ -74,7 +75,7 @@ def check_answers_settings(app_configs: Any = None, **kwargs: Any) -> list[Check
         paths["RERANKER"] = str(answers_settings.RERANKER)
     for key, path in paths.items():
         try:
-            import_string(path)
+            imported = import_string(path)
         except ImportError as exc:
             errors.append(
                 Error(
@@ -83,9 +84,29 @@ def check_answers_settings(app_configs: Any = None, **kwargs: Any) -> list[Check
                     id="answers.E006",
                 )
             )
+            continue
+        if key == "SEARCH_BACKEND":
+            errors += _check_search_backend_vendor(path, imported)
     if answers_settings.provider_path() == "answers.providers.openai.OpenAIProvider":
         errors += _check_openai()
     return errors
+
+
+def _check_search_backend_vendor(path: str, backend: Any) -> list[CheckMessage]:
+    """A built-in backend's index exists only on its own database (migrations 0002, 0004)."""
+    # Only the vendor name from settings: no connection is opened.
+    needed = getattr(backend, "vendor", None)
+    if needed is None or needed == connection.vendor:
+        return []
+    return [
+        Error(
+            f"The search backend {path!r} needs a {needed} database, "
+            f"but the default database is {connection.vendor}.",
+            hint="Leave ANSWERS['SEARCH_BACKEND'] unset to get the built-in backend for "
+            "SQLite or PostgreSQL, or set a backend written for this database.",
+            id="answers.E007",
+        )
+    ]
 
 
 def _check_openai() -> list[CheckMessage]:

@@ -38,3 +38,39 @@ def test_settings_are_reread_when_changed(settings):
     assert answers_settings.MAX_SOURCES == 3
     settings.ANSWERS = {}
     assert answers_settings.MAX_SOURCES == 6
+
+
+_BACKENDS = {
+    "sqlite": "answers.search.sqlite_fts5.SQLiteFTS5Backend",
+    "postgresql": "answers.search.postgres.PostgreSQLBackend",
+}
+
+
+def test_the_default_search_backend_fits_the_database(settings):
+    from django.db import connection
+
+    from answers.conf import answers_settings
+
+    settings.ANSWERS = {}
+    assert answers_settings.search_backend_path() == _BACKENDS[connection.vendor]
+    assert "answers.E007" not in ids({"SEARCH_BACKEND": _BACKENDS[connection.vendor]}, settings)
+
+
+def test_a_search_backend_for_another_database_is_reported(settings):
+    from django.db import connection
+
+    (other,) = (path for vendor, path in _BACKENDS.items() if vendor != connection.vendor)
+    assert "answers.E007" in ids({"SEARCH_BACKEND": other}, settings)
+
+
+class BackendOfOurOwn:
+    """A custom backend; it does not say which database it needs (``vendor`` is optional)."""
+
+    name = "own"
+
+    def search(self, query: str, *, limit: int) -> list[object]:
+        return []
+
+
+def test_a_backend_that_names_no_database_is_not_second_guessed(settings):
+    assert ids({"SEARCH_BACKEND": "tests.test_checks.BackendOfOurOwn"}, settings) == []
