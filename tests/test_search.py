@@ -1,13 +1,19 @@
 from __future__ import annotations
 
+import math
+
 import pytest
+from django.db import connection
 
 from answers.conf import answers_settings
 from answers.models import Chunk, Document
 from answers.registry import get_search_backend
+from answers.search import bm25
 from answers.search.base import query_terms
 from answers.services import document_ingest
 
+# These run on whichever database the suite runs on, against the backend chosen for it
+# (SQLite FTS5 or PostgreSQL): both must behave alike (README "Scores", ADR 0007).
 pytestmark = pytest.mark.django_db
 
 
@@ -104,3 +110,73 @@ def test_words_in_most_chunks_do_not_change_the_ranking():
 
 def test_a_question_made_only_of_common_words_still_searches():
     assert get_search_backend().search("is in", limit=5)
+
+
+def test_the_backend_fits_the_database():
+    expected = {"sqlite": "sqlite-fts5", "postgresql": "postgresql"}[connection.vendor]
+    assert get_search_backend().name == expected
+
+
+def test_a_title_match_outranks_the_same_word_in_the_text():
+    document_ingest(
+        source_key="t:title-weight-a",
+        title="Wombatry",
+        body="A field guide to burrows and their diggers.",
+        chunk_size=1200,
+    )
+    document_ingest(
+        source_key="t:title-weight-b",
+        title="Field notes",
+        body="Wombatry is mentioned here once, in passing.",
+        chunk_size=1200,
+    )
+    hits = get_search_backend().search("wombatry", limit=5)
+    assert titles("wombatry") == ["Wombatry", "Field notes"]
+    assert hits[0].score > hits[1].score
+
+
+def test_punctuation_separates_words_as_in_the_question():
+    # "os.path.join" must index as os / path / join, the terms query_terms() produces.
+    document_ingest(
+        source_key="t:dotted",
+        title="Snippets",
+        body="Call glorbify.frobnicate_widget(x) to start.",
+        chunk_size=1200,
+    )
+    assert "Snippets" in titles("frobnicate widget")
+    assert "Snippets" in titles("glorbify")
+
+
+def test_re_ingesting_a_changed_body_replaces_what_is_found():
+    document_ingest(
+        source_key="t:reingest", title="Notes", body="Snorkelwort grows here.", chunk_size=1200
+    )
+    assert titles("snorkelwort") == ["Notes"]
+    document_ingest(
+        source_key="t:reingest", title="Notes", body="Bramblequat grows here.", chunk_size=1200
+    )
+    assert titles("snorkelwort") == []
+    assert titles("bramblequat") == ["Notes"]
+
+
+@pytest.mark.parametrize("question", ["How do the?", "Why would they?", "xyzzyq plugh", "", "?!"])
+def test_a_question_of_only_stopwords_or_unknown_words_finds_nothing(question):
+    assert get_search_backend().search(question, limit=5) == []
+
+
+@pytest.mark.skipif(connection.vendor != "sqlite", reason="the SQLite FTS5 index")
+def test_sqlite_has_the_fts5_index_and_no_postgres_columns():
+    with connection.cursor() as cursor:
+        tables = connection.introspection.table_names(cursor)
+        columns = [
+            c.name for c in connection.introspection.get_table_description(cursor, "answers_chunk")
+        ]
+    assert {"answers_chunk_fts", "answers_chunk_fts_vocab"} <= set(tables)
+    assert "search_vector" not in columns
+    assert "search_length" not in columns
+
+
+def test_the_shared_bound_is_fts5s_clamped_idf_times_k1_plus_1():
+    assert bm25.idf(0, 10) == pytest.approx(math.log(10.5 / 0.5))  # a term the corpus lacks
+    assert bm25.idf(5, 10) == bm25.MIN_IDF  # in half the rows: clamped as FTS5 does
+    assert bm25.score_bound([1.0, 2.0]) == pytest.approx((bm25.K1 + 1) * 3.0)

@@ -23,7 +23,7 @@ from django.urls import reverse
 from answers import pipeline, retrieval
 from answers.conf import answers_settings
 from answers.models import Answer, Feedback, Question
-from answers.search import sqlite_fts5
+from answers.search import postgres, sqlite_fts5
 from config.asgi import application
 from tests.corpus import RESTRICTED
 from tests.security.support import (
@@ -293,6 +293,7 @@ def retrieval_tripwire(monkeypatch):
     monkeypatch.setattr(retrieval, "search_hits", wire)
     monkeypatch.setattr(pipeline, "search_hits", wire)  # the name the pipeline calls
     monkeypatch.setattr(sqlite_fts5.SQLiteFTS5Backend, "search", wire)
+    monkeypatch.setattr(postgres.PostgreSQLBackend, "search", wire)
     return wire
 
 
