@@ -1,7 +1,9 @@
 """``python -m bench``: run every section, print the table, write bench/results/latest.json.
 
-Quick by default (under 3 minutes on 2 cores); ``BENCH_FULL=1`` adds the large sizes.
+Quick by default (under 4 minutes on 2 cores); ``BENCH_FULL=1`` adds the large sizes.
 A section that breaks is reported and skipped: benchmarks print figures, they never fail.
+Sections 7 (Redis part) and 8 use the local Redis and PostgreSQL (``bench.services``);
+without them they say why on stderr and are skipped.
 """
 
 from __future__ import annotations
@@ -41,9 +43,19 @@ def main() -> int:
         import django
 
         django.setup()
-        from . import citation_rules, corpus, ingest, pipeline, retrieval, streaming
+        from . import (
+            citation_rules,
+            corpus,
+            ingest,
+            pipeline,
+            postgres,
+            retrieval,
+            stream_relay,
+            streaming,
+        )
         from .db import Databases
         from .report import Row, render_table, write_json
+        from .services import Unavailable
 
         rows: list[Row] = []
         skipped: list[str] = []
@@ -53,6 +65,9 @@ def main() -> int:
             start = time.perf_counter()
             try:
                 rows.extend(run())
+            except Unavailable as exc:
+                print(f"[bench] {name} skipped: {exc}", file=sys.stderr)
+                skipped.append(f"{name} ({exc})")
             except Exception:
                 traceback.print_exc()
                 skipped.append(name)
@@ -66,6 +81,7 @@ def main() -> int:
         section("hit@5", retrieval.hit_at_5)
         section("queries per answer", pipeline.queries_per_answer)
         section("time to references", pipeline.time_to_references)
+        section("stream relay", stream_relay.run)
         section("streaming", lambda: streaming.run(dbs, folder / "daphne.log", full=FULL))
         section("ingest files", lambda: ingest.files(dbs, folder / "files"))
 
@@ -83,13 +99,14 @@ def main() -> int:
             return out
 
         section("retrieval latency", grown_corpus)
+        section("retrieval on PostgreSQL", lambda: postgres.run(folder, full=FULL))
         elapsed = time.perf_counter() - started
         # Sections ran in the order that shares databases best; print them by number.
         rows.sort(key=lambda row: row.section.split(" ", 1)[0])
         print()
         print(render_table(rows))
         if skipped:
-            print(f"\nskipped (see the errors above): {', '.join(skipped)}")
+            print(f"\nskipped (see stderr): {', '.join(skipped)}")
         meta = {
             "mode": "full" if FULL else "quick",
             "seconds": round(elapsed, 1),

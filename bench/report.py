@@ -65,7 +65,7 @@ def _number(value: float, unit: str) -> str:
         if value < 1:
             return f"{value * 1e3:.2f} ms"
         return f"{value:.2f} s"
-    if unit in ("chunks/s", "tokens/s"):
+    if unit in ("chunks/s", "tokens/s", "events/s"):
         return f"{value:,.0f} {unit}"
     if float(value).is_integer():
         return f"{int(value)} {unit}".strip()
