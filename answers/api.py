@@ -223,7 +223,7 @@ async def stop_answer(request: HttpRequest, answer_id: int = Path(..., ge=1, le=
         return Status(
             409, {"detail": "The answer is not being generated.", "code": "not_streaming"}
         )
-    await streams.answer_stream_stop(answer_id=answer_id)
+    await streams.answer_stream_stop(answer_id=answer_id, user=user)
     return Status(202, {"answer_id": answer_id, "status": "stopping"})
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
-from django.core.checks import CheckMessage, Error, Tags, register
+from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.db import connection
 from django.utils.module_loading import import_string
 
@@ -33,6 +33,8 @@ _NUMBERS: dict[str, tuple[type, float, float | None]] = {
     "MAX_CONCURRENT_STREAMS": (int, 1, 1000),
     "QUESTIONS_PER_MINUTE": (int, 1, 100_000),
     "STREAM_COALESCE_MS": (int, 0, 1000),
+    "STREAM_LOG_TTL": (int, 1, 7 * 86400),
+    "STREAM_POLL_INTERVAL": (float, 0.05, 60),
 }
 
 
@@ -67,6 +69,17 @@ def check_answers_settings(app_configs: Any = None, **kwargs: Any) -> list[Check
         errors.append(
             Error("ANSWERS['NO_ANSWER_MESSAGE'] must be a non-empty string.", id="answers.E005")
         )
+    if answers_settings.STREAM_CACHE not in getattr(settings, "CACHES", {"default": {}}):
+        errors.append(
+            Error(
+                f"ANSWERS['STREAM_CACHE'] is {answers_settings.STREAM_CACHE!r}, "
+                "which is not an alias in CACHES.",
+                hint="Name a cache every process shares (Redis with several processes).",
+                id="answers.E008",
+            )
+        )
+    else:
+        errors += _check_stream_cache(str(answers_settings.STREAM_CACHE))
     paths = {
         "PROVIDER": answers_settings.provider_path(),
         "SEARCH_BACKEND": answers_settings.search_backend_path(),
@@ -105,6 +118,29 @@ def _check_search_backend_vendor(path: str, backend: Any) -> list[CheckMessage]:
             hint="Leave ANSWERS['SEARCH_BACKEND'] unset to get the built-in backend for "
             "SQLite or PostgreSQL, or set a backend written for this database.",
             id="answers.E007",
+        )
+    ]
+
+
+# An answer logs one entry per event (a few hundred), and several stream at once.
+MIN_LOCAL_STREAM_CACHE_ENTRIES = 10_000
+
+
+def _check_stream_cache(alias: str) -> list[CheckMessage]:
+    config = settings.CACHES[alias]
+    if not str(config.get("BACKEND", "")).endswith("locmem.LocMemCache"):
+        return []
+    entries = int(config.get("OPTIONS", {}).get("MAX_ENTRIES", 300))
+    if entries >= MIN_LOCAL_STREAM_CACHE_ENTRIES:
+        return []
+    return [
+        Warning(
+            f"The stream cache {alias!r} is a local-memory cache of {entries} entries: "
+            "the stream logs of answers streaming at once evict each other, and clients "
+            "that resume get gaps.",
+            hint=f"Give it OPTIONS {{'MAX_ENTRIES': {MIN_LOCAL_STREAM_CACHE_ENTRIES * 20}}} "
+            "or more, or use Redis (README 'Deployment').",
+            id="answers.W001",
         )
     ]
 

@@ -69,6 +69,14 @@ DEFAULTS: dict[str, Any] = {
     "QUESTIONS_PER_MINUTE": 20,
     # Streamed tokens arriving within this many milliseconds go out as one frame (0: off).
     "STREAM_COALESCE_MS": 0,
+    # Resumable streams (README "Streaming"): the cache alias that holds each answer's event
+    # log, so a reconnecting client can replay what it missed (it must be shared by every
+    # process: Redis when there are several), and seconds the log outlives its last event.
+    "STREAM_CACHE": "default",
+    "STREAM_LOG_TTL": 600,
+    # Seconds a follower waits for a live event before re-reading the log (recovers a
+    # message the channel layer dropped, or a generating process that died).
+    "STREAM_POLL_INTERVAL": 2.0,
 }
 
 _SEARCH_BACKENDS = {

@@ -34,6 +34,10 @@ MESSAGE_OVERHEAD_BYTES = 1024
 
 
 class AnswerConsumer(AsyncJsonWebsocketConsumer):
+    # The socket itself joins no group (answers.streams subscribes per answer followed), so
+    # it takes no channel of its own: an alias that is not in CHANNEL_LAYERS means none,
+    # and no receive per socket is left waiting on Redis.
+    channel_layer_alias = "answers-consumer-needs-no-layer"
     task: asyncio.Task[None] | None = None
     # The answer this socket follows, once known; "stop" applies to it.
     answer_id: int | None = None
@@ -157,7 +161,7 @@ class AnswerConsumer(AsyncJsonWebsocketConsumer):
         # Only now may "stop" go to the answer: before, the generation was not listening.
         self.answer_id = run.answer.pk
         if self.stop_requested:  # "stop" came while the question was being prepared
-            await streams.answer_stream_stop(answer_id=run.answer.pk)
+            await streams.answer_stream_stop(answer_id=run.answer.pk, user=user)
         await self._relay(run.answer.pk, user, after=0)
 
     async def _follow(self, answer_id: int, after: int) -> None:
@@ -192,7 +196,7 @@ class AnswerConsumer(AsyncJsonWebsocketConsumer):
             self.stop_requested = True
             return
         # Whichever process generates it stops; its "done" reaches this socket's stream.
-        await streams.answer_stream_stop(answer_id=self.answer_id)
+        await streams.answer_stream_stop(answer_id=self.answer_id, user=self.scope["user"])
 
     async def _error(self, message: str, code: str) -> None:
         await self.send_json(

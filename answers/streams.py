@@ -34,6 +34,7 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from channels.layers import BaseChannelLayer, get_channel_layer
 from django.core.cache import BaseCache, caches
+from django.core.cache.backends.locmem import LocMemCache
 from django.utils import timezone
 
 from . import pipeline, selectors
@@ -86,16 +87,22 @@ class StreamEvent:
         return cls(seq=message["seq"], type=message["type"], data=data)
 
 
-def _group(answer_id: int) -> str:
-    return f"answers.answer.{answer_id}"
+def _stream_name(answer: Answer) -> str:
+    """The answer's id and its creation to the microsecond: a database restored or
+    recreated reuses ids, and must not meet the logs and groups of the old answers."""
+    return f"{answer.pk}.{int(answer.created_at.timestamp() * 1_000_000)}"
 
 
-def _control_group(answer_id: int) -> str:
-    return f"answers.control.{answer_id}"
+def _group(stream: str) -> str:
+    return f"answers.answer.{stream}"
 
 
-def _log_key(answer_id: int, part: int | str) -> str:
-    return f"answers:stream:{answer_id}:{part}"
+def _control_group(stream: str) -> str:
+    return f"answers.control.{stream}"
+
+
+def _log_key(stream: str, part: int | str) -> str:
+    return f"answers:stream:{stream}:{part}"
 
 
 def _layer() -> BaseChannelLayer:
@@ -112,42 +119,60 @@ def _cache() -> BaseCache:
 # The cache's own async methods run on the one thread Django's ORM shares; the log must
 # not queue behind database work, and both the Redis and the local-memory cache are
 # thread-safe.
-def _log_write_sync(answer_id: int, entry: dict[str, Any]) -> None:
+def _log_write_sync(stream: str, entry: dict[str, Any]) -> None:
     _cache().set_many(
-        {_log_key(answer_id, entry["seq"]): entry, _log_key(answer_id, "last"): entry["seq"]},
+        {_log_key(stream, entry["seq"]): entry, _log_key(stream, "last"): entry["seq"]},
         timeout=int(answers_settings.STREAM_LOG_TTL),
     )
 
 
-def _log_read_sync(answer_id: int, after: int, upto: int | None) -> list[StreamEvent] | None:
+def _log_read_sync(stream: str, after: int, upto: int | None) -> list[StreamEvent] | None:
     """Logged events after ``after`` (up to ``upto``); None when the log is gone."""
     cache = _cache()
-    last = cache.get(_log_key(answer_id, "last"))
+    last = cache.get(_log_key(stream, "last"))
     if last is None:
         return None
     end = int(last) if upto is None else min(int(last), upto)
-    keys = [_log_key(answer_id, seq) for seq in range(after + 1, end + 1)]
+    keys = [_log_key(stream, seq) for seq in range(after + 1, end + 1)]
     found = cache.get_many(keys) if keys else {}
     if len(found) != len(keys):
         return None  # partly evicted: only the stored result is whole
     return [StreamEvent.from_message(found[key]) for key in keys]
 
 
-_log_write = sync_to_async(_log_write_sync, thread_sensitive=False)
-_log_read = sync_to_async(_log_read_sync, thread_sensitive=False)
+_log_write_elsewhere = sync_to_async(_log_write_sync, thread_sensitive=False)
+_log_read_elsewhere = sync_to_async(_log_read_sync, thread_sensitive=False)
+
+
+def _log_is_local() -> bool:
+    # A local-memory cache answers in microseconds: a thread hop would cost ten times more.
+    return isinstance(_cache(), LocMemCache)
+
+
+async def _log_write(stream: str, entry: dict[str, Any]) -> None:
+    if _log_is_local():
+        _log_write_sync(stream, entry)
+    else:
+        await _log_write_elsewhere(stream, entry)
+
+
+async def _log_read(stream: str, after: int, upto: int | None) -> list[StreamEvent] | None:
+    if _log_is_local():
+        return _log_read_sync(stream, after, upto)
+    return await _log_read_elsewhere(stream, after, upto)
 
 
 class _Publisher:
-    def __init__(self, answer_id: int) -> None:
-        self.answer_id = answer_id
+    def __init__(self, stream: str) -> None:
+        self.stream = stream
         self.seq = 0
         self.finished = False
 
     async def publish(self, event: pipeline.Event) -> None:
         self.seq += 1
         entry = {"seq": self.seq, "type": event.type, **event.as_dict()}
-        await _log_write(self.answer_id, entry)
-        await _layer().group_send(_group(self.answer_id), {"type": "answer.event", "event": entry})
+        await _log_write(self.stream, entry)
+        await _layer().group_send(_group(self.stream), {"type": "answer.event", "event": entry})
         self.finished = event.type in TERMINAL
 
 
@@ -158,7 +183,7 @@ async def answer_stream_start(*, run: pipeline.AnswerRun) -> None:
     try:
         # Listening for "stop" before returning: a stop sent right after the ask is not lost.
         control = await layer.new_channel()
-        await layer.group_add(_control_group(answer_id), control)
+        await layer.group_add(_control_group(_stream_name(run.answer)), control)
     except Exception:
         logger.exception("The stream of answer %s could not start", answer_id)
         await run.fail("the channel layer could not be reached")
@@ -174,12 +199,33 @@ async def answer_stream_start(*, run: pipeline.AnswerRun) -> None:
     task.add_done_callback(lambda _: _running.pop(answer_id, None))
 
 
+_WAKE = {"type": "answer.wake"}
+
+
+async def _end_receive(
+    layer: BaseChannelLayer, channel: str, pending: asyncio.Future[Any] | None
+) -> None:
+    """End a receive still waiting on ``channel`` with a message of its own, not a
+    cancel: channels-redis lets a cancelled receive go only when its blocking pop times
+    out (5 s), which would hold up whoever awaits it."""
+    if pending is None or pending.done():
+        return
+    with contextlib.suppress(Exception):
+        await layer.send(channel, _WAKE)
+        await asyncio.wait({pending}, timeout=1.0)
+    if not pending.done():
+        pending.cancel()
+    # Retrieved, so that an error of the last read is not logged as never retrieved.
+    pending.add_done_callback(lambda f: f.cancelled() or f.exception())
+
+
 async def _generate(run: pipeline.AnswerRun, control: str) -> None:
     answer_id = run.answer.pk
-    publisher = _Publisher(answer_id)
+    stream = _stream_name(run.answer)
+    publisher = _Publisher(stream)
     layer = _layer()
     produce = asyncio.create_task(_produce(run, publisher))
-    stop = asyncio.create_task(layer.receive(control))
+    stop = asyncio.ensure_future(layer.receive(control))
     try:
         await asyncio.wait({produce, stop}, return_when=asyncio.FIRST_COMPLETED)
         if not produce.done():
@@ -194,9 +240,9 @@ async def _generate(run: pipeline.AnswerRun, control: str) -> None:
     finally:
         if not produce.done():  # this task itself was cancelled (shutdown)
             produce.cancel()
-        stop.cancel()
+        await _end_receive(layer, control, stop)
         with contextlib.suppress(Exception):
-            await layer.group_discard(_control_group(answer_id), control)
+            await layer.group_discard(_control_group(stream), control)
 
 
 async def _produce(run: pipeline.AnswerRun, publisher: _Publisher) -> None:
@@ -223,9 +269,11 @@ async def _produce(run: pipeline.AnswerRun, publisher: _Publisher) -> None:
             )
 
 
-async def answer_stream_stop(*, answer_id: int) -> None:
-    """Ask whichever process generates ``answer_id`` to stop; followers get its ``done``."""
-    await _layer().group_send(_control_group(answer_id), {"type": "answer.stop"})
+async def answer_stream_stop(*, answer_id: int, user: Any) -> None:
+    """Ask whichever process generates the owner's ``answer_id`` to stop; its followers
+    get its ``done``."""
+    answer = await sync_to_async(_answer_for_follower)(answer_id, user)
+    await _layer().group_send(_control_group(_stream_name(answer)), {"type": "answer.stop"})
 
 
 async def answer_streams_wait(timeout: float | None = None) -> None:
@@ -266,14 +314,16 @@ async def answer_stream_follow(
 ) -> AsyncGenerator[StreamEvent, None]:
     """Every event of ``answer_id``'s stream after sequence number ``after``, live, ending
     with its ``done`` or ``error``. Only the answer's owner may follow it."""
-    await sync_to_async(_answer_for_follower)(answer_id, user)  # refuse before subscribing
+    # Refused before subscribing.
+    stream = _stream_name(await sync_to_async(_answer_for_follower)(answer_id, user))
     layer = _layer()
     channel = await layer.new_channel()
-    await layer.group_add(_group(answer_id), channel)
+    await layer.group_add(_group(stream), channel)
     last = after
     poll = float(answers_settings.STREAM_POLL_INTERVAL)
+    pending: asyncio.Future[Any] | None = None
     try:
-        replayed = await _log_read(answer_id, last, None)
+        replayed = await _log_read(stream, last, None)
         if replayed is None:
             # No log: finished long ago (expired), or generated without one (JSON API).
             settled = await _settled(answer_id, user)
@@ -286,10 +336,13 @@ async def answer_stream_follow(
             if event.terminal:
                 return
         while True:
-            try:
-                message = await asyncio.wait_for(layer.receive(channel), timeout=poll)
-            except TimeoutError:
-                fresh = await _log_read(answer_id, last, None)
+            # One receive kept across quiet spells (never cancelled per poll, see
+            # _end_receive).
+            if pending is None:
+                pending = asyncio.ensure_future(layer.receive(channel))
+            done, _ = await asyncio.wait({pending}, timeout=poll)
+            if not done:
+                fresh = await _log_read(stream, last, None)
                 if fresh:
                     for event in fresh:
                         yield event
@@ -302,13 +355,16 @@ async def answer_stream_follow(
                     yield settled
                     return
                 continue
+            message, pending = pending.result(), None
+            if message.get("type") != "answer.event":
+                continue
             event = StreamEvent.from_message(message["event"])
             assert event.seq is not None
             if event.seq <= last:
                 continue
             if event.seq > last + 1:
                 # The layer dropped something (over capacity): the log has it.
-                missed = await _log_read(answer_id, last, event.seq - 1) or []
+                missed = await _log_read(stream, last, event.seq - 1) or []
                 if len(missed) != event.seq - 1 - last:
                     settled = await _settled(answer_id, user)
                     if settled is not None:
@@ -322,5 +378,6 @@ async def answer_stream_follow(
             if event.terminal:
                 return
     finally:
+        await _end_receive(layer, channel, pending)
         with contextlib.suppress(Exception):
-            await layer.group_discard(_group(answer_id), channel)
+            await layer.group_discard(_group(stream), channel)

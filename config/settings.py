@@ -186,7 +186,14 @@ else:
             "CONFIG": {"capacity": CHANNEL_CAPACITY, "expiry": 60, "group_expiry": 900},
         }
     }
-    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+    # Every streamed event is an entry of the stream log: Django's default of 300 entries
+    # would evict the logs of a few answers streaming at once.
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.locmem.LocMemCache",
+            "OPTIONS": {"MAX_ENTRIES": 200_000},
+        }
+    }
 
 # Nothing the model or a document wrote can run: scripts, styles, images and connections
 # come from this site only ('self' also covers its ws:/wss: in current browsers).

@@ -28,14 +28,25 @@ async def _answer_streams_settle():  # type: ignore[no-untyped-def]
     from answers.streams import answer_streams_wait
 
     await answer_streams_wait(timeout=30)
-    # A Redis layer binds its locks and pools to the loop it first ran on; each test has
-    # its own loop, so each gets its own layer.
-    layer = channel_layers.backends.pop(DEFAULT_CHANNEL_LAYER, None)
-    if hasattr(layer, "close_pools"):
-        await layer.close_pools()
+    # A Redis layer binds its locks to the loop it first ran on; each test has its own
+    # loop, so each gets its own layer. (Not close_pools(): it waits out every blocking
+    # receive, 5 s each; the old loop's connections go with the loop.)
+    channel_layers.backends.pop(DEFAULT_CHANNEL_LAYER, None)
     # The connection of the thread sync_to_async runs ORM calls on: PostgreSQL cannot drop
     # the test database at the end while it is open.
     await sync_to_async(connections.close_all)()
+
+
+def pytest_configure(config):  # type: ignore[no-untyped-def]
+    from django.conf import settings
+
+    if getattr(settings, "REDIS_URL", ""):
+        from channels.security.websocket import WebsocketDenier
+
+        # Channels' consumer that refuses a foreign Origin takes a Redis channel it never
+        # uses; its blocked receive holds up the close of each test's event loop for the
+        # 5 s of a Redis blocking pop. (Our own consumer takes none, see consumers.py.)
+        WebsocketDenier.channel_layer_alias = "tests-denier-needs-no-layer"
 
 
 def pytest_collection_modifyitems(items):  # type: ignore[no-untyped-def]

@@ -25,6 +25,9 @@ def test_defaults_pass(settings):
         ({"NO_ANSWER_MESSAGE": "  "}, "answers.E005"),
         ({"PROVIDER": "no.such.Provider"}, "answers.E006"),
         ({"SEARCH_BACKEND": "answers.nothing.Backend"}, "answers.E006"),
+        ({"STREAM_LOG_TTL": 0}, "answers.E004"),
+        ({"STREAM_POLL_INTERVAL": "soon"}, "answers.E003"),
+        ({"STREAM_CACHE": "nowhere"}, "answers.E008"),
     ],
 )
 def test_bad_values_are_reported(settings, value, expected):
@@ -74,3 +77,15 @@ class BackendOfOurOwn:
 
 def test_a_backend_that_names_no_database_is_not_second_guessed(settings):
     assert ids({"SEARCH_BACKEND": "tests.test_checks.BackendOfOurOwn"}, settings) == []
+
+
+def test_a_small_local_memory_stream_cache_is_warned_about(settings):
+    settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+    assert ids({}, settings) == ["answers.W001"]
+    settings.CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.locmem.LocMemCache",
+            "OPTIONS": {"MAX_ENTRIES": 200_000},
+        }
+    }
+    assert ids({}, settings) == []

@@ -80,6 +80,8 @@ async def test_stop_cancels_generation_and_stores_the_partial_answer(corpus, ask
     # The socket stays usable.
     await comm.send_json_to({"type": "ask", "question": "What is a lambda expression?"})
     assert (await comm.receive_json_from(timeout=5))["type"] == "references"
+    await comm.send_json_to({"type": "stop"})
+    assert (await receive_until_final(comm))[-1]["status"] == "interrupted"
     await comm.disconnect()
 
 

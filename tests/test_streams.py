@@ -94,7 +94,8 @@ async def test_resuming_a_finished_answer_replays_its_log_then_the_stored_result
     assert replayed == asked[2:]
 
     # The log has expired.
-    keys = [streams._log_key(answer_id, part) for part in [*range(1, len(asked) + 1), "last"]]
+    stream = streams._stream_name(await Answer.objects.aget(pk=answer_id))
+    keys = [streams._log_key(stream, part) for part in [*range(1, len(asked) + 1), "last"]]
     await asyncio.to_thread(cache.delete_many, keys)
     await comm.send_json_to({"type": "resume", "answer_id": answer_id, "after": 2})
     (stored,) = await receive_until_final(comm)
@@ -175,9 +176,9 @@ async def test_stop_sent_while_the_question_is_prepared_is_not_lost(corpus, aske
 # The follower on its own, with hand-made logs: what the layer may do, on purpose.
 
 
-async def _log(answer_id: int, seq: int, kind: str, **data: object) -> dict:
+async def _log(answer: Answer, seq: int, kind: str, **data: object) -> dict:
     entry = {"seq": seq, "type": kind, **data}
-    await streams._log_write(answer_id, entry)
+    await streams._log_write(streams._stream_name(answer), entry)
     return entry
 
 
@@ -191,10 +192,11 @@ async def test_a_message_the_layer_dropped_is_read_from_the_log(corpus, asker):
     follow = streams.answer_stream_follow(answer_id=answer.pk, user=asker, after=0)
     first = asyncio.ensure_future(anext(follow))
     await asyncio.sleep(0.1)  # subscribed, found no log, now listening
-    entries = [await _log(answer.pk, seq, "token", text=f"t{seq}") for seq in (1, 2, 3)]
+    entries = [await _log(answer, seq, "token", text=f"t{seq}") for seq in (1, 2, 3)]
     layer = get_channel_layer()
     # Only the third reaches the group; the first two were "dropped".
-    await layer.group_send(streams._group(answer.pk), {"type": "answer.event", "event": entries[2]})
+    group = streams._group(streams._stream_name(answer))
+    await layer.group_send(group, {"type": "answer.event", "event": entries[2]})
     got = [await first, await anext(follow), await anext(follow)]
     assert [(e.seq, e.data["text"]) for e in got] == [(1, "t1"), (2, "t2"), (3, "t3")]
     await follow.aclose()
@@ -206,7 +208,7 @@ async def test_a_quiet_stream_is_caught_up_from_the_log(corpus, asker, settings)
     follow = streams.answer_stream_follow(answer_id=answer.pk, user=asker, after=0)
     first = asyncio.ensure_future(anext(follow))
     await asyncio.sleep(0.05)
-    await _log(answer.pk, 1, "token", text="only in the log")
+    await _log(answer, 1, "token", text="only in the log")
     assert (await asyncio.wait_for(first, timeout=5)).data["text"] == "only in the log"
     await follow.aclose()
 
@@ -246,3 +248,38 @@ async def test_an_unreachable_channel_layer_refuses_the_stream_and_stores_the_fa
     assert response.json()["code"] == "unavailable"
     answer = await Answer.objects.aget()
     assert answer.status == "failed" and "channel layer" in answer.error
+
+
+async def test_a_reused_answer_id_never_meets_the_old_answers_log(corpus, asker):
+    answer = await _answer(asker)
+    # The log of an earlier answer that had this id (a database recreated or restored).
+    earlier = Answer(pk=answer.pk, created_at=answer.created_at - timedelta(days=1))
+    await _log(earlier, 1, "done", text="someone else's answer")
+    follow = streams.answer_stream_follow(answer_id=answer.pk, user=asker, after=0)
+    first = asyncio.ensure_future(anext(follow))
+    await asyncio.sleep(0.1)
+    assert not first.done()  # nothing replayed: the old log is not this answer's
+    await _log(answer, 1, "token", text="mine")  # found at the next poll of the log
+    assert (await asyncio.wait_for(first, timeout=10)).data["text"] == "mine"
+    await follow.aclose()
+
+
+async def test_many_answers_streaming_at_once_each_reach_their_follower_whole(
+    corpus, asker, scripted, settings
+):
+    # More log entries at once than Django's default local-memory cache holds (300).
+    settings.ANSWERS = {**settings.ANSWERS, "MAX_CONCURRENT_STREAMS": 20}
+    scripted.script = [f"w{n} " for n in range(60)] + ["See [1]."]
+
+    async def ask_and_follow() -> tuple[int, list[streams.StreamEvent]]:
+        run = await pipeline.start_answer(user=asker, question=QUESTION)
+        await streams.answer_stream_start(run=run)
+        follow = streams.answer_stream_follow(answer_id=run.answer.pk, user=asker)
+        return run.answer.pk, [event async for event in follow]
+
+    results = await asyncio.gather(*(ask_and_follow() for _ in range(12)))
+    for answer_id, events in results:
+        assert [e.seq for e in events] == list(range(1, len(events) + 1))
+        stored = await Answer.objects.aget(pk=answer_id)
+        streamed = "".join(e.data["text"] for e in events if e.type == "token")
+        assert stored.status == "complete" and streamed == stored.raw_text
