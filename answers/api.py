@@ -146,10 +146,7 @@ async def create_answer(request: HttpRequest, payload: AskIn) -> Any:
         run = await pipeline.start_answer(
             user=user, question=payload.question, conversation_id=payload.conversation_id
         )
-        await streams.answer_stream_start(run=run)
-        return _event_stream(
-            streams.answer_stream_follow(answer_id=run.answer.pk, user=user, after=0)
-        )
+        return _event_stream(await streams.answer_stream_ask(run=run))
     last = await pipeline.answer_question(
         user=request.auth,  # type: ignore[attr-defined]
         question=payload.question,

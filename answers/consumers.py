@@ -14,6 +14,7 @@ import contextlib
 import json
 import logging
 import uuid
+from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from importlib import import_module
 from typing import Any, TypeGuard
@@ -154,7 +155,7 @@ class AnswerConsumer(AsyncJsonWebsocketConsumer):
             run = await pipeline.start_answer(
                 user=user, question=question, conversation_id=conversation_id
             )
-            await streams.answer_stream_start(run=run)
+            events = await streams.answer_stream_ask(run=run)
         except pipeline.AskRefused as exc:
             await self._error(exc.message, exc.code)
             return
@@ -162,16 +163,18 @@ class AnswerConsumer(AsyncJsonWebsocketConsumer):
         self.answer_id = run.answer.pk
         if self.stop_requested:  # "stop" came while the question was being prepared
             await streams.answer_stream_stop(answer_id=run.answer.pk, user=user)
-        await self._relay(run.answer.pk, user, after=0)
+        await self._relay(run.answer.pk, events)
 
     async def _follow(self, answer_id: int, after: int) -> None:
         user = await self._user_now()
         if user is not None:
-            await self._relay(answer_id, user, after=after)
-
-    async def _relay(self, answer_id: int, user: Any, *, after: int) -> None:
-        try:
             events = streams.answer_stream_follow(answer_id=answer_id, user=user, after=after)
+            await self._relay(answer_id, events)
+
+    async def _relay(
+        self, answer_id: int, events: AsyncGenerator[streams.StreamEvent, None]
+    ) -> None:
+        try:
             async with aclosing(events):
                 async for event in events:
                     self.answer_id = answer_id

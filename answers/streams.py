@@ -167,6 +167,9 @@ class _Publisher:
         self.stream = stream
         self.seq = 0
         self.finished = False
+        # Set with the cancel: a cancel that lands in a sync_to_async call is swallowed
+        # (asgiref waits for the thread and returns its result), so the loop checks too.
+        self.stopping = False
 
     async def publish(self, event: pipeline.Event) -> None:
         self.seq += 1
@@ -228,8 +231,13 @@ async def _generate(run: pipeline.AnswerRun, control: str) -> None:
     stop = asyncio.ensure_future(layer.receive(control))
     try:
         await asyncio.wait({produce, stop}, return_when=asyncio.FIRST_COMPLETED)
+        if not produce.done() and stop.exception() is not None:
+            # The layer failed under the listener: keep generating, only unstoppable now.
+            logger.warning("Answer %s lost its stop channel: %r", answer_id, stop.exception())
+            await produce
         if not produce.done():
             # Stopped: the pipeline stores the partial answer as interrupted on the way out.
+            publisher.stopping = True
             produce.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await produce
@@ -256,6 +264,8 @@ async def _produce(run: pipeline.AnswerRun, publisher: _Publisher) -> None:
             aclosing(pipeline.coalesced(events, window=window)) as stream,
         ):
             async for event in stream:
+                if publisher.stopping:
+                    break  # closing the pipeline stores the partial answer as interrupted
                 await publisher.publish(event)
     except asyncio.CancelledError:
         raise
@@ -309,6 +319,34 @@ async def _settled(answer_id: int, user: Any) -> StreamEvent | None:
     return StreamEvent(seq=None, type=done.type, data=done.as_dict())
 
 
+async def answer_stream_ask(*, run: pipeline.AnswerRun) -> AsyncGenerator[StreamEvent, None]:
+    """Start generating ``run``'s answer and return the asker's follower of it.
+
+    Subscribed before the first event is published, so the asker's stream needs neither
+    the log nor the database to begin (``answer_stream_follow`` is for everyone else).
+    Raises ``StreamUnavailable`` (the answer stored as failed) when the layer is down."""
+    layer = _layer()
+    stream = _stream_name(run.answer)
+    try:
+        channel = await layer.new_channel()
+        await layer.group_add(_group(stream), channel)
+    except Exception:
+        logger.exception("The stream of answer %s could not be followed", run.answer.pk)
+        await run.fail("the channel layer could not be reached")
+        raise StreamUnavailable(
+            "Answers cannot be streamed right now. Please try again shortly."
+        ) from None
+    try:
+        await answer_stream_start(run=run)
+    except StreamUnavailable:
+        with contextlib.suppress(Exception):
+            await layer.group_discard(_group(stream), channel)
+        raise
+    return _relay(
+        layer, channel, stream, answer_id=run.answer.pk, user=run.user, after=0, replay=False
+    )
+
+
 async def answer_stream_follow(
     *, answer_id: int, user: Any, after: int = 0
 ) -> AsyncGenerator[StreamEvent, None]:
@@ -319,22 +357,41 @@ async def answer_stream_follow(
     layer = _layer()
     channel = await layer.new_channel()
     await layer.group_add(_group(stream), channel)
+    events = _relay(layer, channel, stream, answer_id=answer_id, user=user, after=after)
+    async with aclosing(events):
+        async for event in events:
+            yield event
+
+
+async def _relay(
+    layer: BaseChannelLayer,
+    channel: str,
+    stream: str,
+    *,
+    answer_id: int,
+    user: Any,
+    after: int,
+    replay: bool = True,
+) -> AsyncGenerator[StreamEvent, None]:
+    """The events of ``stream`` after ``after`` for a follower subscribed on ``channel``:
+    the log first (``replay``), then live ones; leaves the group at the end."""
     last = after
     poll = float(answers_settings.STREAM_POLL_INTERVAL)
     pending: asyncio.Future[Any] | None = None
     try:
-        replayed = await _log_read(stream, last, None)
-        if replayed is None:
-            # No log: finished long ago (expired), or generated without one (JSON API).
-            settled = await _settled(answer_id, user)
-            if settled is not None:
-                yield settled
-                return
-        for event in replayed or []:
-            yield event
-            last = event.seq or last
-            if event.terminal:
-                return
+        if replay:
+            replayed = await _log_read(stream, last, None)
+            if replayed is None:
+                # No log: finished long ago (expired), or generated without one (JSON API).
+                settled = await _settled(answer_id, user)
+                if settled is not None:
+                    yield settled
+                    return
+            for event in replayed or []:
+                yield event
+                last = event.seq or last
+                if event.terminal:
+                    return
         while True:
             # One receive kept across quiet spells (never cancelled per poll, see
             # _end_receive).
