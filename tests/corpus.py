@@ -33,3 +33,8 @@ def load_corpus() -> None:
         services.document_ingest(
             source_key=f"vault:{title}", title=title, body=body, group=vault, chunk_size=1200
         )
+
+
+def ingest_text(source_key: str, title: str, body: str) -> services.IngestResult:
+    """One small document, chunked as the app's default does."""
+    return services.document_ingest(source_key=source_key, title=title, body=body, chunk_size=1200)

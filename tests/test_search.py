@@ -10,7 +10,7 @@ from answers.models import Chunk, Document
 from answers.registry import get_search_backend
 from answers.search import bm25
 from answers.search.base import query_terms
-from answers.services import document_ingest
+from tests.corpus import ingest_text
 
 # These run on whichever database the suite runs on, against the backend chosen for it
 # (SQLite FTS5 or PostgreSQL): both must behave alike (README "Scores", ADR 0007).
@@ -60,22 +60,12 @@ def test_off_topic_questions_fall_under_the_default_threshold(question):
 
 
 def test_stemming_matches_other_word_forms():
-    document_ingest(
-        source_key="t:stem",
-        title="Zorbling",
-        body="The zorblers were zorbling happily.",
-        chunk_size=1200,
-    )
+    ingest_text("t:stem", "Zorbling", "The zorblers were zorbling happily.")
     assert "Zorbling" in titles("zorbler")
 
 
 def test_index_follows_writes_to_chunks_and_titles():
-    result = document_ingest(
-        source_key="t:live",
-        title="Quixotic",
-        body="Flibbertigibbet appears here.",
-        chunk_size=1200,
-    )
+    result = ingest_text("t:live", "Quixotic", "Flibbertigibbet appears here.")
     assert "Quixotic" in titles("flibbertigibbet")
     Document.objects.filter(pk=result.document.pk).update(title="Renamed")
     Document.objects.get(pk=result.document.pk).save()  # the trigger fires on UPDATE OF title
@@ -118,18 +108,8 @@ def test_the_backend_fits_the_database():
 
 
 def test_a_title_match_outranks_the_same_word_in_the_text():
-    document_ingest(
-        source_key="t:title-weight-a",
-        title="Wombatry",
-        body="A field guide to burrows and their diggers.",
-        chunk_size=1200,
-    )
-    document_ingest(
-        source_key="t:title-weight-b",
-        title="Field notes",
-        body="Wombatry is mentioned here once, in passing.",
-        chunk_size=1200,
-    )
+    ingest_text("t:title-weight-a", "Wombatry", "A field guide to burrows and their diggers.")
+    ingest_text("t:title-weight-b", "Field notes", "Wombatry is mentioned here once, in passing.")
     hits = get_search_backend().search("wombatry", limit=5)
     assert titles("wombatry") == ["Wombatry", "Field notes"]
     assert hits[0].score > hits[1].score
@@ -137,24 +117,15 @@ def test_a_title_match_outranks_the_same_word_in_the_text():
 
 def test_punctuation_separates_words_as_in_the_question():
     # "os.path.join" must index as os / path / join, the terms query_terms() produces.
-    document_ingest(
-        source_key="t:dotted",
-        title="Snippets",
-        body="Call glorbify.frobnicate_widget(x) to start.",
-        chunk_size=1200,
-    )
+    ingest_text("t:dotted", "Snippets", "Call glorbify.frobnicate_widget(x) to start.")
     assert "Snippets" in titles("frobnicate widget")
     assert "Snippets" in titles("glorbify")
 
 
 def test_re_ingesting_a_changed_body_replaces_what_is_found():
-    document_ingest(
-        source_key="t:reingest", title="Notes", body="Snorkelwort grows here.", chunk_size=1200
-    )
+    ingest_text("t:reingest", "Notes", "Snorkelwort grows here.")
     assert titles("snorkelwort") == ["Notes"]
-    document_ingest(
-        source_key="t:reingest", title="Notes", body="Bramblequat grows here.", chunk_size=1200
-    )
+    ingest_text("t:reingest", "Notes", "Bramblequat grows here.")
     assert titles("snorkelwort") == []
     assert titles("bramblequat") == ["Notes"]
 

@@ -23,7 +23,7 @@ from answers.search import bm25
 from answers.search.base import query_terms
 from answers.search.postgres import PostgreSQLBackend
 from answers.search.sqlite_fts5 import FTS_TABLE, SQLiteFTS5Backend
-from answers.services import document_ingest
+from tests.corpus import ingest_text
 
 pytestmark = [
     pytest.mark.django_db,
@@ -94,12 +94,7 @@ def test_the_configuration_keeps_code_keywords_and_splits_on_punctuation():
 
 
 def test_search_length_counts_title_and_text_positions():
-    result = document_ingest(
-        source_key="t:length",
-        title="Two words",
-        body="one two three two",
-        chunk_size=1200,
-    )
+    result = ingest_text("t:length", "Two words", "one two three two")
     chunk = result.document.chunks.get()
     length = _one("SELECT search_length FROM answers_chunk WHERE id = %s", [chunk.pk])
     assert length == 6
