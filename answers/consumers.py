@@ -43,6 +43,8 @@ class AnswerConsumer(AsyncJsonWebsocketConsumer):
     # The answer this socket follows, once known; "stop" applies to it.
     answer_id: int | None = None
     stop_requested = False
+    # The followed stream has sent its last event.
+    settled = False
 
     async def connect(self) -> None:
         user = self.scope.get("user")
@@ -93,7 +95,9 @@ class AnswerConsumer(AsyncJsonWebsocketConsumer):
             )
 
     def _busy(self) -> bool:
-        return self.task is not None and not self.task.done()
+        # Free as soon as the last event is sent: the follower may still be leaving its
+        # group, and a client that asks again at once must not hear "busy".
+        return self.task is not None and not self.task.done() and not self.settled
 
     async def _ask(self, content: dict[str, Any]) -> None:
         if self._busy():
@@ -109,7 +113,7 @@ class AnswerConsumer(AsyncJsonWebsocketConsumer):
             except ValueError:
                 await self._error("conversation_id must be a UUID.", "invalid")
                 return
-        self.answer_id, self.stop_requested = None, False
+        self.answer_id, self.stop_requested, self.settled = None, False, False
         self.task = asyncio.create_task(self._answer(content.get("question"), conversation_id))
 
     async def _resume(self, content: dict[str, Any]) -> None:
@@ -123,7 +127,7 @@ class AnswerConsumer(AsyncJsonWebsocketConsumer):
         if not _is_count(after, minimum=0):
             await self._error("after must be a sequence number (0 or more).", "invalid")
             return
-        self.answer_id, self.stop_requested = None, False
+        self.answer_id, self.stop_requested, self.settled = None, False, False
         self.task = asyncio.create_task(self._follow(answer_id, after))
 
     def _current_user(self) -> Any:
@@ -141,7 +145,9 @@ class AnswerConsumer(AsyncJsonWebsocketConsumer):
     async def _user_now(self) -> Any:
         user = await database_sync_to_async(self._current_user)()
         if user is None:
-            await self._error("Your session has ended. Please log in again.", "signed_out")
+            await self._error(
+                "Your session has ended. Please log in again.", "signed_out", last=True
+            )
             await self.close(code=4401)
             return None
         self.scope["user"] = user
@@ -157,7 +163,7 @@ class AnswerConsumer(AsyncJsonWebsocketConsumer):
             )
             events = await streams.answer_stream_ask(run=run)
         except pipeline.AskRefused as exc:
-            await self._error(exc.message, exc.code)
+            await self._error(exc.message, exc.code, last=True)
             return
         # Only now may "stop" go to the answer: before, the generation was not listening.
         self.answer_id = run.answer.pk
@@ -182,14 +188,16 @@ class AnswerConsumer(AsyncJsonWebsocketConsumer):
                     panel = render_event_sources_panel(event.type, event.data)
                     if panel is not None:
                         message["sources_html"] = panel
+                    # Before sending: the client may ask again the moment it has it.
+                    self.settled = self.settled or event.terminal
                     await self.send_json(message)
         except pipeline.AskRefused as exc:
-            await self._error(exc.message, exc.code)
+            await self._error(exc.message, exc.code, last=True)
         except asyncio.CancelledError:
             raise
         except Exception:
             logger.exception("Relaying answer %s failed", answer_id)
-            await self._error(pipeline.GENERIC_ERROR, "failed")
+            await self._error(pipeline.GENERIC_ERROR, "failed", last=True)
 
     async def _stop(self) -> None:
         if not self._busy():
@@ -201,7 +209,9 @@ class AnswerConsumer(AsyncJsonWebsocketConsumer):
         # Whichever process generates it stops; its "done" reaches this socket's stream.
         await streams.answer_stream_stop(answer_id=self.answer_id, user=self.scope["user"])
 
-    async def _error(self, message: str, code: str) -> None:
+    async def _error(self, message: str, code: str, *, last: bool = False) -> None:
+        """``last``: the final word of the task that asks or follows (it is free now)."""
+        self.settled = self.settled or last
         await self.send_json(
             {"type": "error", "message": message, "code": code, "answer_id": self.answer_id}
         )
