@@ -307,16 +307,22 @@ def _abandoned(answer: Answer) -> bool:
     return answer.created_at < timezone.now() - limit
 
 
-async def _settled(answer_id: int, user: Any) -> StreamEvent | None:
-    """The stored outcome, when the database says the answer is over (None: still going)."""
-    answer = await sync_to_async(_answer_for_follower)(answer_id, user)
+def _settled_sync(answer_id: int, user: Any) -> pipeline.Event | None:
+    answer = _answer_for_follower(answer_id, user)
     if answer.status == Answer.Status.STREAMING:
         if not _abandoned(answer):
             return None
-        error = pipeline.ErrorEvent(ABANDONED_MESSAGE, answer_id=answer_id)
-        return StreamEvent(seq=None, type=error.type, data=error.as_dict())
-    done = await pipeline.stored_done(answer_id=answer_id, user=user)
-    return StreamEvent(seq=None, type=done.type, data=done.as_dict())
+        return pipeline.ErrorEvent(ABANDONED_MESSAGE, answer_id=answer_id)
+    # The answer just loaded, not a second lookup.
+    return pipeline.DoneEvent(answer=selectors.answer_payload(answer=answer, user=user))
+
+
+async def _settled(answer_id: int, user: Any) -> StreamEvent | None:
+    """The stored outcome, when the database says the answer is over (None: still going)."""
+    event = await sync_to_async(_settled_sync)(answer_id, user)
+    if event is None:
+        return None
+    return StreamEvent(seq=None, type=event.type, data=event.as_dict())
 
 
 async def answer_stream_ask(*, run: pipeline.AnswerRun) -> AsyncGenerator[StreamEvent, None]:
