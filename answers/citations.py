@@ -1,52 +1,74 @@
-"""The citation rules (ADR 0011), as pure functions over Markdown text.
+"""The citation rules (ADR 0004, 0011), as pure functions over Markdown text.
 
-A *marker* is ``[n]`` or a group ``[n, m]`` in prose. Text that Markdown does not treat
-as prose is never read or rewritten: fenced code blocks, code spans, backslash escapes,
-link and image text ``[x](url)``, footnotes ``[^1]``, link reference definitions and
-autolinks. Indented code blocks are deliberately not recognised: the renderer disables
-them too (see ``answers.rendering``), so both agree on what is prose.
+A *marker* is a bracketed citation that the answer's reader sees as text: ``[1]``,
+``[1, 3]``, a range ``[1-3]`` / ``[1–3]``, and the full-width forms ``【1】`` and ``［1］``
+that some models write, with any decimal digits. What "seen as text" means has exactly
+one definition: the renderer's parser. ``markdown_parser()`` builds the markdown-it
+configuration that ``answers.rendering`` renders with, and an inline rule added to it
+claims a marker at the point where markdown-it would otherwise emit those characters as
+plain text. So a ``[n]`` in code (fenced anywhere, in a list or a quote, or a code span),
+link text or destination, an image description, an autolink, or after a backslash is
+never a marker, and the rules and the page cannot disagree (ADR 0004).
 
-Order matters: ``strip_out_of_range_markers`` runs before ``finalize_citations`` so that
-finalize only ever sees valid 1-based indices.
+Two choices make that definition usable while an answer streams (ADR 0005):
+
+* Link reference definitions are off, so ``[1]: …`` is prose. They are the one construct
+  that changes how text far away from it reads: a definition at the end of an answer
+  would turn every earlier ``[1]`` into a link after it had been shown as a citation.
+* Indented code is off (as it always was): indented prose stays prose.
+
+Numbers have at most three digits, so ``[2025]`` is a year, not a citation (no answer
+has that many sources). Order matters: ``strip_out_of_range_markers`` runs before
+``finalize_citations`` so that finalize only ever sees valid 1-based numbers.
 
 No Django imports: this module is the contract, and is tested as such.
 """
 
 from __future__ import annotations
 
+import bisect
 import re
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
-from typing import Generic, TypeVar
+from collections.abc import Callable, Iterable, Iterator, MutableMapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from markdown_it import MarkdownIt
+from markdown_it.rules_core import StateCore
+from markdown_it.rules_inline import StateInline, backtick
+from markdown_it.token import Token
 
 T = TypeVar("T")
 
-# Longer digit runs are not citations (and would make int() the slow part).
-_MAX_DIGITS = 4
+MAX_NUMBER_DIGITS = 3
+# A range wider than this is not expanded past it (no answer has that many sources).
+MAX_RANGE_SPAN = 100
 
-# Every branch opens with a literal character, so the regex engine can skip straight to
-# the few characters that may start something (most of a text is never looked at twice).
-# The text is scanned with a "\n" in front so line-anchored branches can open on "\n".
-_SCANNER = re.compile(
-    r"""
-      \n(?P<fence>[ ]{0,3}(?P<fence_mark>`{3,}(?=[^`\n]*(?:\n|\Z))|~{3,})[^\n]*
-        (?:\n[\s\S]*?)??(?:\n[ ]{0,3}(?P=fence_mark)(?:(?<=`)`*|(?<=~)~*)[ \t]*(?=\n|\Z)|\Z))
-    | \n(?P<refdef>[ ]{0,3}\[[^\]\n]+\]:[^\n]*)
-    | `(?P<code>(?P<ticks>`*+)(?:[^\n]|\n(?![ \t]*\n))*?(?<!`)`(?P=ticks)(?!`))
-    | `(?P<ticks_literal>`*)
-    | \\(?P<escape>[\s\S])
-    | \[(?P<footnote>\^[^\]\n]*\])
-    | \[(?P<link>(?:[^\[\]\n]|\[[^\[\]\n]*\])*\]\([^)\n]*\))
-    | !\[(?P<image>(?:[^\[\]\n]|\[[^\[\]\n]*\])*\]\([^)\n]*\))
-    | <(?P<autolink>[a-zA-Z][a-zA-Z0-9+.\-]{1,31}:[^\s<>]*>)
-    | \[(?P<marker>[ ]*(?P<numbers>\d{1,%d}(?:[ ]*,[ ]*\d{1,%d})*)[ ]*\])
-    """  # noqa: UP031 (a regex full of braces reads better with %)
-    % (_MAX_DIGITS, _MAX_DIGITS),
-    re.VERBOSE,
+_SPACE = "[ \u3000]*"
+_ITEM = r"\d{1,%d}(?:%s[-\u2013\u2014]%s\d{1,%d})?" % (  # noqa: UP031
+    MAX_NUMBER_DIGITS,
+    _SPACE,
+    _SPACE,
+    MAX_NUMBER_DIGITS,
 )
+_BODY = f"{_SPACE}{_ITEM}(?:{_SPACE}[,\uff0c\u3001]{_SPACE}{_ITEM})*{_SPACE}"
+# ASCII, full-width and lenticular brackets; each opener with its own closer. No branch
+# can contain another's opener, so matches never overlap (``iter_markers`` relies on it).
+_MARKER = re.compile(rf"\[(?:{_BODY})\]|\uff3b(?:{_BODY})\uff3d|\u3010(?:{_BODY})\u3011")
+_OPENERS = frozenset("[\uff3b\u3010")
+_RANGE = re.compile(r"(\d+)[ \u3000]*[-\u2013\u2014][ \u3000]*(\d+)")
 _NUMBER = re.compile(r"\d+")
 # Whitespace between markers of one cluster, e.g. "[1] [1]".
 _CLUSTER_GAP = re.compile(r"[ \t]*")
+# After a dropped marker: what may follow for the spaces before it to go too ("see [9]."
+# becomes "see."). Anything else keeps them, so no two characters become neighbours that
+# could start something together (two backtick runs, "<" and ">", "\\" and a letter).
+_SPACES_GO_BEFORE = frozenset(" \t\n.,;:!?")
+# A line whose remains, once its markers are dropped, are only these could turn into
+# something else (a blank line, an empty list item, a setext underline): a marker on such
+# a line leaves a zero-width space instead, so the structure of the answer never changes.
+_STRUCTURAL_ONLY = re.compile(r"[ \t>*+\-=_#~`\d.)|:]*")
+ZERO_WIDTH_SPACE = "\u200b"
+ENV_KEY = "answers.citations"  # markdown-it env entry that carries a collector
 
 
 @dataclass(frozen=True)
@@ -58,23 +80,356 @@ class Marker:
     numbers: tuple[int, ...]
 
 
+def _numbers(marker_text: str) -> tuple[int, ...]:
+    numbers: list[int] = []
+    body = marker_text[1:-1]
+    for item in re.split("[,\uff0c\u3001]", body):
+        span = _RANGE.search(item)
+        if span:
+            first, last = int(span[1]), int(span[2])
+            if first <= last:
+                numbers.extend(range(first, min(last, first + MAX_RANGE_SPAN) + 1))
+            else:  # "[3-1]" is read as the two numbers it names
+                numbers.extend((first, last))
+        else:
+            numbers.append(int(_NUMBER.search(item)[0]))  # type: ignore[index]
+    return tuple(numbers)
+
+
+# --- The parser ------------------------------------------------------------------------
+
+
+class _Collector:
+    """Rides in markdown-it's ``env`` and hears about markers (and, for streaming, the
+    places where text still to come could change how earlier text reads)."""
+
+    render = False
+
+    def __init__(self, *, hazards: bool = False) -> None:
+        self.want_hazards = hazards
+        self.content: str | None = None
+        # Per inline token, in document order: the token and what was found in it.
+        self.blocks: list[tuple[Token, list[tuple[int, int, tuple[int, ...]]], list[int]]] = []
+
+    def begin(self, token: Token) -> None:
+        self.content = token.content
+        self.blocks.append((token, [], []))
+
+    def marker(self, state: StateInline, end: int, numbers: tuple[int, ...]) -> None:
+        self.blocks[-1][1].append((state.pos, end, numbers))
+        state.append_pending(state.src[state.pos : end])
+
+    def hazard(self, position: int, *, at_end: bool = False) -> None:
+        # ``at_end``: a hazard only while nothing at all follows the block's text.
+        self.blocks[-1][2].append(-position - 1 if at_end else position)
+
+
+class RenderCollector(_Collector):
+    """The renderer's collector: markers become ``citation`` tokens."""
+
+    render = True
+
+    def marker(self, state: StateInline, end: int, numbers: tuple[int, ...]) -> None:
+        token = state.push("citation", "", 0)
+        token.content = state.src[state.pos : end]
+        token.meta = {"numbers": numbers}
+
+
+def _collector(state: StateInline) -> _Collector | None:
+    collector = state.env.get(ENV_KEY) if state.env is not None else None
+    # Only the pass over a block's own text counts: link text (linkLevel) and image
+    # descriptions (a separate parse of another string) are not prose.
+    if collector is None or state.linkLevel or state.src is not collector.content:
+        return None
+    return collector  # type: ignore[no-any-return]
+
+
+def _citation_rule(state: StateInline, silent: bool) -> bool:
+    # Runs after link and image: a "[" that starts neither is text, and may be a marker.
+    if silent or state.src[state.pos] not in _OPENERS:
+        return False  # silent: link labels are measured exactly as markdown-it does
+    collector = _collector(state)
+    if collector is None:
+        return False
+    match = _MARKER.match(state.src, state.pos, state.posMax)
+    if match is None:
+        if collector.want_hazards:
+            _bracket_hazard(state, collector)
+        return False
+    if collector.want_hazards:
+        # "(url)" may still make it a link: right after it, or once the "(" is complete.
+        if match.end() == state.posMax:
+            collector.hazard(state.pos, at_end=True)
+        elif state.src[match.end()] == "(":
+            collector.hazard(state.pos)
+    collector.marker(state, match.end(), _numbers(match[0]))
+    state.pos = match.end()
+    return True
+
+
+def _bracket_hazard(state: StateInline, collector: _Collector) -> None:
+    """A "[" that is text now may start a link or a marker once more text arrives."""
+    if state.src[state.pos] != "[":
+        # A full-width opener only matters while its marker may still be completing.
+        rest = state.src[state.pos + 1 : state.posMax]
+        if rest.strip(" \u30000123456789,-\u2013\u2014\uff0c\u3001") == "" or not rest:
+            collector.hazard(state.pos)
+        return
+    label_end = state.md.helpers.parseLinkLabel(state, state.pos, True)
+    if label_end < 0 or (label_end + 1 < state.posMax and state.src[label_end + 1] == "("):
+        collector.hazard(state.pos)
+    elif label_end + 1 >= state.posMax:
+        collector.hazard(state.pos, at_end=True)
+
+
+def _backticks_with_hazards(state: StateInline, silent: bool) -> bool:
+    start, tokens = state.pos, len(state.tokens)
+    matched = backtick(state, silent)
+    if matched and not silent:
+        collector = _collector(state)
+        # An unmatched run may still be closed; a span ending at the very end may still
+        # grow into a longer, different run.
+        if collector is not None and collector.want_hazards:
+            if len(state.tokens) == tokens:
+                collector.hazard(start)
+            elif state.pos == state.posMax:
+                collector.hazard(start, at_end=True)
+    return matched
+
+
+def _tail_hazards(state: StateInline, silent: bool) -> bool:
+    # Last inline rule: "<" that may still become an autolink, "\\" that may still escape.
+    if silent:
+        return False
+    char = state.src[state.pos]
+    if char not in "<\\":
+        return False
+    collector = _collector(state)
+    if collector is not None and collector.want_hazards:
+        rest = state.src[state.pos + 1 : state.posMax]
+        if char == "\\" and not rest:
+            collector.hazard(state.pos, at_end=True)
+        elif char == "<" and not re.search(r"[\s<>]", rest):
+            collector.hazard(state.pos)
+    return False
+
+
+def _inline_core(state: StateCore) -> None:
+    # markdown-it's own "inline" core rule, telling the collector which block is parsed.
+    collector = state.env.get(ENV_KEY)
+    for token in state.tokens:
+        if token.type == "inline":
+            if token.children is None:
+                token.children = []
+            if collector is not None:
+                collector.begin(token)
+            state.md.inline.parse(token.content, state.md, state.env, token.children)
+
+
+def markdown_parser() -> MarkdownIt:
+    """The answer renderer's markdown-it, with the marker rule: the one definition of prose."""
+    md = MarkdownIt("commonmark", {"html": False, "linkify": False, "typographer": False})
+    md.enable("table").enable("strikethrough")
+    md.disable(["code", "reference"])
+    for opener in _OPENERS:
+        md.inline.add_terminator_char(opener)
+    md.inline.ruler.at("backticks", _backticks_with_hazards)
+    md.inline.ruler.after("image", "citation", _citation_rule)
+    md.inline.ruler.push("citation_hazards", _tail_hazards)
+    md.core.ruler.at("inline", _inline_core)
+    return md
+
+
+_MARKDOWN = markdown_parser()
+
+
+def parse_markdown(text: str, env: MutableMapping[str, Any]) -> list[Token]:
+    """Parse ``text`` with the shared configuration (``env`` may carry a collector)."""
+    return _MARKDOWN.parse(text, env)
+
+
+# --- Analysis ---------------------------------------------------------------------------
+
+
+@dataclass
+class _Analysis:
+    text: str
+    markers: list[Marker]
+    hazard: int  # first position whose reading may still change (streaming only)
+    line_starts: list[int]
+    blocks: list[tuple[int, int]] = field(default_factory=list)  # top-level line ranges
+
+
+def _normalized(text: str) -> tuple[str, list[int] | None]:
+    """markdown-it's newline normalization, with a map back to ``text`` offsets."""
+    if "\r" not in text:
+        return text, None
+    mapping: list[int] = []
+    pieces: list[str] = []
+    index = 0
+    length = len(text)
+    while index < length:
+        char = text[index]
+        mapping.append(index)
+        if char == "\r":
+            pieces.append("\n")
+            index += 2 if index + 1 < length and text[index + 1] == "\n" else 1
+        else:
+            pieces.append(char)
+            index += 1
+    mapping.append(length)
+    return "".join(pieces), mapping
+
+
+def _line_starts(text: str) -> list[int]:
+    starts = [0]
+    find = text.find
+    position = find("\n")
+    while position != -1:
+        starts.append(position + 1)
+        position = find("\n", position + 1)
+    return starts
+
+
+def _content_to_source(
+    text: str, line_starts: list[int], token: Token, offset: int, cell: bool
+) -> int:
+    """Where content offset ``offset`` of ``token`` lies in ``text``, erring early."""
+    content = token.content
+    line_in_block = content.count("\n", 0, offset)
+    line = token.map[0] + line_in_block if token.map else 0
+    line_start = line_starts[min(line, len(line_starts) - 1)]
+    line_end = line_starts[line + 1] - 1 if line + 1 < len(line_starts) else len(text)
+    content_line_start = content.rfind("\n", 0, offset) + 1
+    content_line_end = content.find("\n", offset)
+    content_line = content[content_line_start : content_line_end if content_line_end != -1 else None]
+    source_line = text[line_start:line_end]
+    if not cell:
+        stripped = source_line.rstrip()
+        for candidate in (source_line, stripped):
+            if candidate.endswith(content_line):
+                return line_start + len(candidate) - len(content_line) + offset - content_line_start
+    found = source_line.find(content_line)
+    if found == -1:
+        return line_start  # unsure: the start of the line is always early enough
+    return line_start + found + offset - content_line_start
+
+
+def _analyze(text: str, *, hazards: bool = False) -> _Analysis:
+    normalized, mapping = _normalized(text)
+    collector = _Collector(hazards=hazards)
+    tokens = parse_markdown(normalized, {ENV_KEY: collector})
+    line_starts = _line_starts(normalized)
+    found_any = any(found for _, found, _ in collector.blocks)
+    raw_starts = [m.start() for m in _MARKER.finditer(normalized)] if found_any else []
+
+    markers: list[Marker] = []
+    hazard = len(normalized)
+    line_cursor: dict[int, int] = {}  # table rows: raw matches already given to cells
+    index_of = {id(token): i for i, token in enumerate(tokens)}
+    for token, found, token_hazards in collector.blocks:
+        position = index_of[id(token)]
+        cell = position > 0 and tokens[position - 1].type in ("th_open", "td_open")
+        if found:
+            markers.extend(
+                _place(normalized, line_starts, raw_starts, token, found, cell, line_cursor)
+            )
+        elif cell and token.map is not None:
+            # A cell without markers still takes its marker-shaped strings from its row.
+            row = token.map[0]
+            line_cursor[row] = line_cursor.get(row, 0) + len(_MARKER.findall(token.content))
+        if token_hazards and _still_open(token, cell, len(line_starts)):
+            at_text_end = normalized.endswith(token.content)
+            for offset in token_hazards:
+                if offset < 0:  # an at-end hazard
+                    if not at_text_end:
+                        continue
+                    offset = -offset - 1
+                source = _content_to_source(normalized, line_starts, token, offset, cell)
+                hazard = min(hazard, source)
+    markers.sort(key=lambda marker: marker.start)
+
+    blocks = [
+        (token.map[0], token.map[1])
+        for token in tokens
+        if token.level == 0 and token.nesting >= 0 and token.map is not None
+    ]
+    if mapping is not None:
+        markers = [Marker(mapping[m.start], mapping[m.end], m.numbers) for m in markers]
+        hazard = mapping[hazard]
+        line_starts = [mapping[start] for start in line_starts]
+    return _Analysis(text, markers, hazard, line_starts, blocks)
+
+
+def _still_open(token: Token, cell: bool, lines: int) -> bool:
+    """Whether more text could still extend ``token``'s block (it reaches the last line)."""
+    if token.map is None:
+        return True
+    first, end = token.map
+    return first >= lines - 1 if cell else end >= lines - 1
+
+
+def _place(
+    text: str,
+    line_starts: list[int],
+    raw_starts: list[int],
+    token: Token,
+    found: list[tuple[int, int, tuple[int, ...]]],
+    cell: bool,
+    line_cursor: dict[int, int],
+) -> list[Marker]:
+    """Source spans of the markers found in ``token``'s content.
+
+    A block's content is its source lines less container prefixes (``>``, list markers,
+    indentation) and table pipes, none of which can be part of a marker, so the k-th
+    marker-shaped string of the content is the k-th of the block's source lines.
+    """
+    if token.map is None:
+        return []
+    content_starts = {m.start(): i for i, m in enumerate(_MARKER.finditer(token.content))}
+    first_line, end_line = token.map
+    region_start = line_starts[first_line]
+    region_end = line_starts[end_line] if end_line < len(line_starts) else len(text) + 1
+    low = bisect.bisect_left(raw_starts, region_start)
+    high = bisect.bisect_left(raw_starts, region_end)
+    if cell:
+        low += line_cursor.get(first_line, 0)
+        line_cursor[first_line] = line_cursor.get(first_line, 0) + len(content_starts)
+        high = min(high, low + len(content_starts))
+    in_region = raw_starts[low:high]
+    if len(in_region) != len(content_starts):
+        return []  # not expected to happen; no markers is the safe reading
+    placed = []
+    for start, end, numbers in found:
+        ordinal = content_starts.get(start)
+        if ordinal is None:
+            continue
+        source_start = in_region[ordinal]
+        source_end = source_start + end - start
+        if text[source_start:source_end] == token.content[start:end]:
+            placed.append(Marker(source_start, source_end, numbers))
+    return placed
+
+
+# --- The rules --------------------------------------------------------------------------
+
+
 def iter_markers(text: str) -> Iterator[Marker]:
     """Yield every citation marker in the prose of ``text``, in order."""
-    if "[" not in text:
-        return
-    for match in _SCANNER.finditer("\n" + text):
-        if match.start("marker") != -1:
-            # Offsets are shifted by one for the leading "\n".
-            yield Marker(
-                match.start() - 1,
-                match.end() - 1,
-                tuple(int(n) for n in _NUMBER.findall(match.group("numbers"))),
-            )
+    if not any(opener in text for opener in _OPENERS):
+        return iter(())
+    return iter(_analyze(text).markers)
 
 
 def format_marker(numbers: Sequence[int]) -> str:
     """The one canonical spelling of a marker: ``[1]`` or ``[1, 3]``."""
     return "[" + ", ".join(str(n) for n in numbers) + "]"
+
+
+def _line_bounds(text: str, position: int) -> tuple[int, int]:
+    start = text.rfind("\n", 0, position) + 1
+    end = text.find("\n", position)
+    return start, len(text) if end == -1 else end
 
 
 def rewrite_markers(
@@ -84,41 +439,87 @@ def rewrite_markers(
 ) -> str:
     """Rebuild ``text`` with each marker replaced by ``replace(marker)``.
 
-    ``None`` keeps the marker as written; ``""`` drops it together with the spaces and
-    tabs before it, so "see [9]." becomes "see.".
+    ``None`` keeps the marker as written. ``""`` drops it, with the spaces and tabs before
+    it when what follows is a space, a line end or closing punctuation ("see [9]." becomes
+    "see."), so no two characters become neighbours that could start something together.
+    Dropping never changes the answer's blocks: a line left blank goes with its line
+    break (a blank line would split a paragraph), and a line left with only structure (a
+    bare list marker, ``>``, ``---``) keeps a zero-width space where the marker was.
     """
+    marker_list = list(iter_markers(text) if markers is None else markers)
+    decisions = [replace(marker) for marker in marker_list]
+    if all(decision is None for decision in decisions):
+        return text
+    emptied = _emptied_lines(text, marker_list, decisions)
     pieces: list[str] = []
     position = 0
-    for marker in iter_markers(text) if markers is None else markers:
-        replacement = replace(marker)
-        if replacement is None:
+    for marker, replacement in zip(marker_list, decisions, strict=True):
+        if replacement is None or marker.start < position:
             continue
         between = text[position : marker.start]
         if replacement == "":
-            between = between.rstrip(" \t")
+            line_start = text.rfind("\n", 0, marker.start) + 1
+            fate = emptied.pop(line_start, None)
+            if isinstance(fate, int):  # the whole line goes, with its line break
+                pieces.append(text[position:line_start])
+                position = fate
+                continue
+            if fate == ZERO_WIDTH_SPACE:
+                replacement = fate
+            else:
+                following = text[marker.end : marker.end + 1]
+                if following == "" or following in _SPACES_GO_BEFORE:
+                    between = between.rstrip(" \t")
         pieces.append(between)
         pieces.append(replacement)
         position = marker.end
-    if not pieces:
-        return text
     pieces.append(text[position:])
     return "".join(pieces)
 
 
-def strip_out_of_range_markers(text: str, count: int) -> str:
-    """Remove every cited number outside ``1..count``.
+def _emptied_lines(
+    text: str, markers: list[Marker], decisions: list[str | None]
+) -> dict[int, int | str]:
+    """Lines whose remains, once their dropped markers go, are blank (mapped to where the
+    removal ends) or only structure (mapped to the zero-width space)."""
+    by_line: dict[int, list[Marker]] = {}
+    for marker, decision in zip(markers, decisions, strict=True):
+        line_start = text.rfind("\n", 0, marker.start) + 1
+        if decision == "":
+            by_line.setdefault(line_start, []).append(marker)
+    emptied: dict[int, int | str] = {}
+    for line_start, dropped in by_line.items():
+        _, line_end = _line_bounds(text, line_start)
+        remains, position = [], line_start
+        for marker in dropped:
+            remains.append(text[position : marker.start])
+            position = marker.end
+        remains.append(text[position:line_end])
+        left = "".join(remains)
+        if left.strip(" \t\r") == "":
+            emptied[line_start] = min(line_end + 1, len(text))
+        elif _STRUCTURAL_ONLY.fullmatch(left.rstrip("\r")):
+            emptied[line_start] = ZERO_WIDTH_SPACE
+    return emptied
 
-    A group keeps its valid numbers (``[1, 9]`` becomes ``[1]``); a marker with none
-    left is removed with the whitespace before it. Valid markers are left as written.
-    """
 
+def _strip_replacement(count: int) -> Callable[[Marker], str | None]:
     def replace(marker: Marker) -> str | None:
         kept = [n for n in marker.numbers if 1 <= n <= count]
         if len(kept) == len(marker.numbers):
             return None
         return format_marker(kept) if kept else ""
 
-    return rewrite_markers(text, replace)
+    return replace
+
+
+def strip_out_of_range_markers(text: str, count: int) -> str:
+    """Remove every cited number outside ``1..count``.
+
+    A group keeps its valid numbers (``[1, 9]`` becomes ``[1]``); a marker with none
+    left is removed (see ``rewrite_markers``). Valid markers are left as written.
+    """
+    return rewrite_markers(text, _strip_replacement(count))
 
 
 def cited_numbers(text: str, markers: Iterable[Marker] | None = None) -> list[int]:
@@ -151,9 +552,10 @@ def finalize_citations(text: str, sources: Sequence[T]) -> FinalizedCitations[T]
     (ADR 0011): out-of-range numbers never choose a source, and are dropped from markers
     when anything is cited, but the fallback below returns the text exactly as given. When
     nothing is cited, the text and sources are returned untouched (the ADR's fallback for
-    providers that ignore the contract).
+    providers that ignore the contract). Every marker is rewritten in the canonical
+    spelling, so no form is left holding a number from before the renumbering.
     """
-    markers = list(iter_markers(text))  # one scan serves both passes below
+    markers = list(iter_markers(text))  # one parse serves both passes below
     order = [n for n in cited_numbers(text, markers) if 1 <= n <= len(sources)]
     if not order:
         return FinalizedCitations(text, list(sources), {}, fallback=True)
@@ -163,6 +565,7 @@ def finalize_citations(text: str, sources: Sequence[T]) -> FinalizedCitations[T]
     # so a number repeated within a cluster is said once.
     last_end = -1
     cluster: set[int] = set()
+    expected: list[tuple[int, ...]] = []
 
     def replace(marker: Marker) -> str:
         nonlocal last_end, cluster
@@ -176,7 +579,14 @@ def finalize_citations(text: str, sources: Sequence[T]) -> FinalizedCitations[T]
             if new is not None and new not in cluster:
                 cluster.add(new)
                 numbers.append(new)
-        return format_marker(numbers) if numbers else ""
+        if not numbers:
+            return ""
+        expected.append(tuple(numbers))
+        spelled = format_marker(numbers)
+        if text[marker.start] != "[" and text[marker.end : marker.end + 1] == "(":
+            # "【1】(x)" spelled "[1](x)" would become a link: keep its own brackets.
+            spelled = text[marker.start] + spelled[1:-1] + text[marker.end - 1]
+        return spelled
 
     final_text = rewrite_markers(text, replace, markers)
     final_sources = [sources[old - 1] for old in order]
@@ -187,88 +597,102 @@ def finalize_citations(text: str, sources: Sequence[T]) -> FinalizedCitations[T]
 #
 # While an answer streams, out-of-range markers must not reach the client either, and
 # what the client sees, joined, must equal ``strip_out_of_range_markers(raw)``. A prefix of
-# the raw text is emitted only once nothing that may still arrive can change how it is
-# read: an unfinished ``[1`` may become a marker, a finished ``[1]`` may still become a link
-# ``[1](url)``, a space may be eaten by a dropped marker after it, an open backtick may
-# turn what follows it into code, ``\`` escapes the next character, ``<`` may open an
-# autolink. Those tails are held back until they are settled.
+# the raw text is shown only once nothing that may still arrive can change how it reads
+# (ADR 0005): the parse reports every place where more text could change the reading of
+# what is before it (an open backtick run, a "[" that may become a link, "<", a trailing
+# "\\", a marker at the very end), and lines hold while their start, or a table row, is
+# undecided.
+#
+# Cost per delta does not grow with the answer: the filter commits at top-level block
+# boundaries (nothing after a closed block can change it, and markdown-it parses what
+# follows the same way on its own), and within a block it parses again only once the
+# unsettled text has grown by a fixed share, so each character is parsed a bounded number
+# of times. Text that cannot change anything (no bracket, backtick, "<", "\\", "|" or line
+# break) is shown at once without a parse.
 
-_HOLD_BLANK_LINE = re.compile(r"\n[ \t]*\n")
+# Parsing is paid for from a budget that each character fed adds to, so however the
+# deltas fall, each character is parsed at most about this many times...
+_PARSE_BUDGET_PER_CHAR = 8
+# ... and each parse also costs this much, so tiny deltas cannot parse a long tail each.
+_PARSE_OVERHEAD = 200
+# A short answer is parsed on every delta that needs it.
+_INITIAL_PARSE_BUDGET = 4000
+_PLAIN_DELTA = re.compile(r"[^\n\r`\[\]<\\|\uff3b\u3010]*")
+# A line start that no later character can turn into a fence, a table row or another
+# block whose text reads differently: optional container prefixes, then a letter.
+_SETTLED_LINE_START = re.compile(r"[ \t]*(?:(?:>|[-+*]|\d{1,9}[.)])[ \t]+)*>?[ \t]*[^\W\d_]")
+_DELIMITER_ROW_PREFIX = re.compile(r"[ \t]*[|:\-][|:\- \t]*")
 
 
-def _settled_length(text: str) -> int:
-    """Length of the prefix of ``text`` whose stripped form can no longer change.
+def _settled_length(analysis: _Analysis, count: int) -> int:
+    """Length of the prefix of ``analysis.text`` whose stripped form can no longer change."""
+    text = analysis.text
+    cut = min(analysis.hazard, len(text))
+    if text.endswith("\r"):
+        cut = min(cut, len(text) - 1)  # "\r\n" still to come would be one line break
 
-    Holding back too much only delays text; holding back too little would show a marker
-    that the final text drops (or drop one it keeps), so every rule errs on holding.
-    """
-    cut = len(text)
+    starts = analysis.line_starts
+    last_start = starts[-1]
+    last_line = text[last_start:]
+    if not _SETTLED_LINE_START.match(last_line):
+        cut = min(cut, last_start)
+    # A line with a pipe becomes a table header if the next line is a delimiter row.
+    if "|" in last_line:
+        cut = min(cut, last_start)
+    if len(starts) >= 2 and (not last_line or _DELIMITER_ROW_PREFIX.fullmatch(last_line)):
+        previous_start = starts[-2]
+        if "|" in text[previous_start:last_start]:
+            cut = min(cut, previous_start)
 
-    # Backticks: an unmatched run in the current paragraph may still be closed, and a code
-    # span ending at the very end may still grow into a longer, different run.
-    paragraph_start = 0
-    for match in _HOLD_BLANK_LINE.finditer(text):
-        paragraph_start = match.end()
-    for match in _SCANNER.finditer("\n" + text):
-        start, end = max(match.start() - 1, 0), match.end() - 1
-        if match.start("ticks_literal") != -1 and start >= paragraph_start:
-            cut = min(cut, start)
+    return _settle_around_markers(text, cut, analysis.markers, _strip_replacement(count))
+
+
+def _settle_around_markers(
+    text: str, cut: int, markers: list[Marker], replace: Callable[[Marker], str | None]
+) -> int:
+    """Move ``cut`` back until what ``rewrite_markers`` does to the prefix is final."""
+    while True:
+        # Spaces and tabs go with a marker dropped right after them.
+        cut = len(text[:cut].rstrip(" \t"))
+        moved = False
+        for marker in markers:
+            if marker.start >= cut:
+                break
+            if marker.end > cut:  # never cut through a marker
+                cut, moved = marker.start, True
+                break
+            if replace(marker) != "":
+                continue
+            if marker.end == cut:
+                # The next character decides whether the spaces before it go.
+                cut, moved = marker.start, True
+                break
+            line_start = text.rfind("\n", 0, marker.start) + 1
+            line_end = text.find("\n", marker.start)
+            if line_end == -1 or line_end >= cut:
+                # Its line is unfinished: whether dropping it leaves the line blank or
+                # bare structure depends on the rest of the line.
+                if _STRUCTURAL_ONLY.fullmatch(_MARKER.sub("", text[line_start:cut])):
+                    cut, moved = marker.start, True
+                    break
+        if not moved:
+            return cut
+
+
+def _reset_point(analysis: _Analysis, settled: int) -> int:
+    """The start of the last top-level block that nothing before it can reach, or 0."""
+    starts = analysis.line_starts
+    text = analysis.text
+    best = 0
+    for (_, previous_end), (start_line, _) in zip(analysis.blocks, analysis.blocks[1:]):
+        if start_line <= previous_end or start_line + 1 >= len(starts):
+            continue  # no blank line between, or the block's first line is unfinished
+        offset = starts[start_line]
+        if offset > settled:
             break
-        if match.start("code") != -1 and end == len(text):
-            cut = min(cut, start)
-            break
-        if match.start("fence") != -1 and "\n" not in match.group("fence"):
-            # The opening line is unfinished: a backtick in its info string would unmake it.
-            cut = min(cut, start)
-            break
-
-    # Brackets on the current line: an open "[", an open link destination "](...", or a
-    # complete group at the very end, which "(" or ":" may still make a link or definition.
-    line_start = text.rfind("\n", 0, cut) + 1
-    starts: list[int] = []
-    last_group_start = last_group_end = -1
-    destination_start = -1
-    for index in range(line_start, cut):
-        char = text[index]
-        if destination_start != -1:
-            if char == ")":
-                destination_start = -1
-            continue
-        if char == "[":
-            starts.append(index)
-        elif char == "]" and starts:
-            last_group_start, last_group_end = starts.pop(), index + 1
-        elif char == "(" and index == last_group_end:
-            destination_start = last_group_start
-    if destination_start != -1:
-        cut = min(cut, destination_start)
-    if starts:
-        cut = min(cut, starts[0])
-    if last_group_end != -1 and not text[last_group_end:cut].strip(" \t"):
-        cut = min(cut, last_group_start)
-
-    # "<" with no ">" or space after it may open an autolink.
-    angle = text.rfind("<", line_start, cut)
-    if angle != -1 and not re.search(r"[\s>]", text[angle:cut]):
-        cut = angle
-
-    # An odd run of backslashes escapes whatever comes next.
-    head = text[:cut]
-    if (len(head) - len(head.rstrip("\\"))) % 2:
-        cut -= 1
-
-    # Never cut through a code span, link or marker: its start may read differently alone.
-    # (An open fenced block reads as code either way, so it may be cut.)
-    cut = len(text[:cut].rstrip(" \t"))
-    for match in _SCANNER.finditer("\n" + text):
-        start, end = max(match.start() - 1, 0), match.end() - 1
-        if start >= cut:
-            break
-        if cut < end and match.start("fence") == -1:
-            cut = start
-            break
-    # Spaces and tabs go with a marker dropped right after them.
-    return len(text[:cut].rstrip(" \t"))
+        if text[starts[previous_end] : offset].strip() == "":
+            best = offset
+    return best
 
 
 class MarkerStreamFilter:
@@ -280,37 +704,92 @@ class MarkerStreamFilter:
 
     def __init__(self, count: int) -> None:
         self.count = count
-        self._raw: list[str] = []
-        self._raw_length = 0
-        self._emitted = 0
+        self._raw: list[str] = []  # everything fed, for ``raw``
+        self._tail: list[str] = []  # raw text after the last committed block boundary
+        self._tail_length = 0
+        self._tail_emitted = 0  # length of the stripped tail already emitted
+        self._budget = _INITIAL_PARSE_BUDGET
+        self._open = False  # the last parse settled everything but trailing spaces
+        self._held_spaces = ""
         self._cited: dict[int, None] = {}
+        self._pending_citations: list[int] = []
 
     @property
     def raw(self) -> str:
-        return "".join(self._raw)
+        joined = "".join(self._raw)
+        self._raw = [joined]
+        return joined
 
     def feed(self, delta: str) -> str:
+        if not delta:
+            return ""
         self._raw.append(delta)
-        raw = self.raw
-        self._raw = [raw]
-        return self._emit(raw[: _settled_length(raw)])
+        self._tail.append(delta)
+        self._tail_length += len(delta)
+        self._budget += _PARSE_BUDGET_PER_CHAR * len(delta)
+        if self._open and _PLAIN_DELTA.fullmatch(delta):
+            # Plain text after settled text on a settled line: nothing in it can change.
+            text = self._held_spaces + delta
+            shown = text.rstrip(" \t")
+            self._held_spaces = text[len(shown) :]
+            self._tail_emitted += len(shown)
+            return shown
+        self._open = False
+        cost = self._tail_length + _PARSE_OVERHEAD
+        if self._budget < cost:
+            return ""  # parsed again once enough new text has paid for it
+        self._budget -= cost
+        return self._evaluate(final=False)
 
     def close(self) -> str:
-        return self._emit(self.raw)
+        return self._evaluate(final=True)
 
-    def _emit(self, settled_raw: str) -> str:
-        settled = strip_out_of_range_markers(settled_raw, self.count)
-        if len(settled) <= self._emitted:
-            return ""
-        out = settled[self._emitted :]
-        self._emitted = len(settled)
+    def _evaluate(self, *, final: bool) -> str:
+        tail = "".join(self._tail)
+        self._tail = [tail]
+        analysis = _analyze(tail, hazards=not final)
+        settled = len(tail) if final else _settled_length(analysis, self.count)
+        markers = [m for m in analysis.markers if m.end <= settled]
+        stripped = rewrite_markers(tail[:settled], _strip_replacement(self.count), markers)
+        out = stripped[self._tail_emitted :]
+        self._tail_emitted = max(self._tail_emitted, len(stripped))
+        for marker in markers:
+            for number in marker.numbers:
+                if 1 <= number <= self.count and number not in self._cited:
+                    self._cited[number] = None
+                    self._pending_citations.append(number)
+        self._held_spaces = ""
+        rest = tail[settled:]
+        last_line = tail[tail.rfind("\n") + 1 :]
+        self._open = (
+            not final
+            and rest.strip(" \t") == ""
+            and "\n" not in rest
+            and "\r" not in rest
+            and _SETTLED_LINE_START.match(last_line) is not None
+        )
+        if self._open:
+            self._held_spaces = rest
+        if not final:
+            self._commit(tail, analysis, settled)
         return out
 
-    def take_new_citations(self, emitted_text: str) -> list[int]:
-        """Numbers first cited in the text emitted so far (call after each emission)."""
-        new = []
-        for number in cited_numbers(emitted_text):
-            if number not in self._cited:
-                self._cited[number] = None
-                new.append(number)
+    def _commit(self, tail: str, analysis: _Analysis, settled: int) -> None:
+        boundary = _reset_point(analysis, settled)
+        if boundary <= 0:
+            return
+        done = [m for m in analysis.markers if m.end <= boundary]
+        done_stripped = rewrite_markers(tail[:boundary], _strip_replacement(self.count), done)
+        rest = tail[boundary:]
+        self._tail = [rest]
+        self._tail_length = len(rest)
+        self._tail_emitted -= len(done_stripped)
+
+    def take_new_citations(self, emitted_text: str | None = None) -> list[int]:
+        """Numbers first cited by the text emitted since the last call.
+
+        ``emitted_text`` is accepted for compatibility and ignored: the filter already
+        knows which markers it has shown, so nothing is scanned again.
+        """
+        new, self._pending_citations = self._pending_citations, []
         return new

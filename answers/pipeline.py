@@ -271,7 +271,6 @@ class AnswerRun:
         first_token_ms: int | None = None
         outcome = Answer.Status.INTERRUPTED
         shown = MarkerStreamFilter(len(self.sources))
-        shown_text: list[str] = []
         usage: Usage | None = None
         reason = "stopped by the client"
         provider = get_provider()
@@ -286,9 +285,9 @@ class AnswerRun:
                     if first_token_ms is None:
                         first_token_ms = _ms_since(self.started)
                     raw.append(delta)
-                    for event in self._shown(shown, shown.feed(delta), shown_text):
+                    for event in self._shown(shown, shown.feed(delta)):
                         yield event
-            for event in self._shown(shown, shown.close(), shown_text):
+            for event in self._shown(shown, shown.close()):
                 yield event
             outcome = Answer.Status.COMPLETE
         except Exception as exc:
@@ -308,15 +307,12 @@ class AnswerRun:
             return
         yield await self._complete("".join(raw), outcome, first_token_ms, usage=usage)
 
-    def _shown(
-        self, shown: MarkerStreamFilter, text: str, shown_text: list[str]
-    ) -> list[TokenEvent | CitationEvent]:
+    def _shown(self, shown: MarkerStreamFilter, text: str) -> list[TokenEvent | CitationEvent]:
         """Token and first-citation events for text that has become safe to show."""
         if not text:
             return []
-        shown_text.append(text)
         events: list[TokenEvent | CitationEvent] = [TokenEvent(text)]
-        for number in shown.take_new_citations("".join(shown_text)):
+        for number in shown.take_new_citations():
             events.append(CitationEvent(number, self.sources[number - 1].document_id))
         return events
 

@@ -1,13 +1,13 @@
 """Answer Markdown to safe HTML, with citation markers linked to the Sources panel.
 
-Order: citation markers become placeholders (found by ``answers.citations``, the one
-definition of what a marker is), markdown-it renders with raw HTML off, placeholders
-become links, and nh3 sanitizes the whole result last.
+The parser is ``answers.citations.markdown_parser()``, the one definition of what a
+marker is: its citation rule turns each marker into a ``citation`` token while parsing,
+so the page links exactly the markers the citation rules read. Raw HTML is off; nh3
+sanitizes the whole result last.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from html import escape
 from urllib.parse import urlsplit
@@ -18,12 +18,7 @@ from markdown_it.renderer import RendererHTML
 from markdown_it.token import Token
 from markdown_it.utils import EnvType, OptionsDict
 
-from .citations import Marker, rewrite_markers
-
-# Private-use characters: markdown-it passes them through as text, and no real answer needs
-# them (any in the input are removed first, so a model cannot forge a link).
-_OPEN, _CLOSE = "\ue000", "\ue001"
-_PLACEHOLDER = re.compile(f"{_OPEN}([0-9,]+){_CLOSE}")
+from .citations import ENV_KEY, RenderCollector, markdown_parser
 
 ALLOWED_TAGS = {
     "a", "p", "br", "hr", "em", "strong", "del", "code", "pre", "blockquote", "ul", "ol",
@@ -49,12 +44,26 @@ def _render_image_as_text(
     return f'<span class="image-placeholder">[image: {escape(alt)}]</span>'
 
 
+def _render_citation(
+    self: RendererHTML, tokens: Sequence[Token], idx: int, options: OptionsDict, env: EnvType
+) -> str:
+    token = tokens[idx]
+    count = env["answers.source_count"]
+    prefix = env["answers.anchor_prefix"]
+    numbers = [n for n in token.meta["numbers"] if 1 <= n <= count]
+    if not numbers:
+        return escape(token.content)  # not a source of this answer: shown as written
+    links = ", ".join(
+        f'<a class="citation" href="#{source_anchor(prefix, n)}" aria-label="Source {n}">{n}</a>'
+        for n in numbers
+    )
+    return f'<span class="citation-group">[{links}]</span>'
+
+
 def _make_markdown() -> MarkdownIt:
-    md = MarkdownIt("commonmark", {"html": False, "linkify": False, "typographer": False})
-    md.enable("table").enable("strikethrough")
-    # Indented code is off so that "what is code" matches answers.citations exactly.
-    md.disable("code")
+    md = markdown_parser()
     md.add_render_rule("image", _render_image_as_text)
+    md.add_render_rule("citation", _render_citation)
     return md
 
 
@@ -91,22 +100,9 @@ def sanitize_html(html: str) -> str:
 
 def render_answer_html(text: str, *, anchor_prefix: str, source_count: int) -> str:
     """Safe HTML for an answer whose markers are already final (1..source_count)."""
-    clean = text.replace(_OPEN, "").replace(_CLOSE, "")
-
-    def to_placeholder(marker: Marker) -> str | None:
-        numbers = [n for n in marker.numbers if 1 <= n <= source_count]
-        if not numbers:
-            return None
-        return _OPEN + ",".join(str(n) for n in numbers) + _CLOSE
-
-    html = _MARKDOWN.render(rewrite_markers(clean, to_placeholder))
-
-    def to_links(match: re.Match[str]) -> str:
-        links = ", ".join(
-            f'<a class="citation" href="#{source_anchor(anchor_prefix, int(n))}" '
-            f'aria-label="Source {n}">{n}</a>'
-            for n in match.group(1).split(",")
-        )
-        return f'<span class="citation-group">[{links}]</span>'
-
-    return sanitize_html(_PLACEHOLDER.sub(to_links, html))
+    env = {
+        ENV_KEY: RenderCollector(),
+        "answers.source_count": source_count,
+        "answers.anchor_prefix": anchor_prefix,
+    }
+    return sanitize_html(_MARKDOWN.render(text, env))
