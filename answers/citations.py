@@ -54,6 +54,7 @@ _BODY = f"{_SPACE}{_ITEM}(?:{_SPACE}[,\uff0c\u3001]{_SPACE}{_ITEM})*{_SPACE}"
 # ASCII, full-width and lenticular brackets; each opener with its own closer. No branch
 # can contain another's opener, so matches never overlap (``iter_markers`` relies on it).
 _MARKER = re.compile(rf"\[(?:{_BODY})\]|\uff3b(?:{_BODY})\uff3d|\u3010(?:{_BODY})\u3011")
+MARKER_RE = _MARKER  # the shape of a marker; where it is one is the parser's business
 _OPENERS = frozenset("[\uff3b\u3010")
 _RANGE = re.compile(r"(\d+)[ \u3000]*[-\u2013\u2014][ \u3000]*(\d+)")
 _NUMBER = re.compile(r"\d+")
@@ -63,6 +64,11 @@ _CLUSTER_GAP = re.compile(r"[ \t]*")
 # becomes "see."). Anything else keeps them, so no two characters become neighbours that
 # could start something together (two backtick runs, "<" and ">", "\\" and a letter).
 _SPACES_GO_BEFORE = frozenset(" \t\n.,;:!?")
+# Neighbours that could start something together once a marker between them is gone:
+# one run of backticks, an autolink, an entity, a link or an image.
+_JOINS_LEFT = frozenset("<&")
+_JOINS_RIGHT = frozenset(">")
+_JOINS = frozenset({("`", "`"), ("]", "("), ("!", "[")})
 # A line whose remains, once its markers are dropped, are only these could turn into
 # something else (a blank line, an empty list item, a setext underline): a marker on such
 # a line leaves a zero-width space instead, so the structure of the answer never changes.
@@ -467,14 +473,32 @@ def rewrite_markers(
             if fate == ZERO_WIDTH_SPACE:
                 replacement = fate
             else:
-                following = text[marker.end : marker.end + 1]
-                if following == "" or following in _SPACES_GO_BEFORE:
-                    between = between.rstrip(" \t")
+                between, replacement = _drop(text, marker, line_start, between)
         pieces.append(between)
         pieces.append(replacement)
         position = marker.end
     pieces.append(text[position:])
     return "".join(pieces)
+
+
+def _drop(text: str, marker: Marker, line_start: int, between: str) -> tuple[str, str]:
+    """What replaces a dropped marker, and the text before it, on a line that keeps text."""
+    following = text[marker.end : marker.end + 1]
+    before = text[line_start : marker.start]
+    if _STRUCTURAL_ONLY.fullmatch(before) and following not in ("", " ", "\t", "\n", "\r"):
+        # First text of its line: what follows could become a list item, a heading or a
+        # fence ("[9]- x", "[9]```") if nothing took the marker's place.
+        return between, ZERO_WIDTH_SPACE
+    if (following == "" or following in _SPACES_GO_BEFORE) and not _STRUCTURAL_ONLY.fullmatch(
+        before.rstrip(" \t")
+    ):
+        between = between.rstrip(" \t")
+    left = between[-1:] or text[marker.start - 1 : marker.start]
+    if left and following and not left.isspace() and not following.isspace():
+        if left in _JOINS_LEFT or following in _JOINS_RIGHT or (left, following) in _JOINS:
+            # "``[9]`" would make one run of three backticks, "<[9]http:x>" an autolink.
+            return between, ZERO_WIDTH_SPACE
+    return between, ""
 
 
 def _emptied_lines(

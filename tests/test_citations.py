@@ -115,21 +115,83 @@ EXAMPLES = [
     ("\\[1] and [2]", 2, None, "\\[1] and [1]", ["s2"]),
     ("\\[9]", 2, "\\[9]", "\\[9]", None),
     ("<http://x/[1]> [2]", 2, None, "<http://x/[1]> [1]", ["s2"]),
-    ("[1]: http://x\n[2]", 2, None, "[1]: http://x\n[1]", ["s2"]),
+    # Reference definitions are off (ADR 0004): "[1]: ..." is prose, so [1] is a marker.
+    ("[1]: http://x\n[2]", 2, None, "[1]: http://x\n[2]", ["s1", "s2"]),
     # ... but a marker right after a link is a citation, and so is one after "\\".
     ("[x](http://u)[2]", 2, None, "[x](http://u)[1]", ["s2"]),
     ("[x](http://u)[9]", 2, "[x](http://u)", "[x](http://u)", None),
     ("\\\\[2]", 2, None, "\\\\[1]", ["s2"]),
     ("[^1][2]", 2, None, "[^1][1]", ["s2"]),
-    # At most four digits make a marker.
+    # At most three digits make a marker: "[2025]" is a year, and is left alone.
     ("[12345] [1]", 3, "[12345] [1]", "[12345] [1]", ["s1"]),
     ("[12345]", 3, "[12345]", "[12345]", None),
     ("[1, 12345]", 3, "[1, 12345]", "[1, 12345]", None),
-    ("[1234]", 3, "", "", None),
-    ("[0002]", 3, "[0002]", "[1]", ["s2"]),
+    ("[1234]", 3, "[1234]", "[1234]", None),
+    ("[002]", 3, "[002]", "[1]", ["s2"]),
+    ("In [2025], finding [1]", 1, None, "In [2025], finding [1]", ["s1"]),
     # Not markers at all.
     ("[1\n]", 1, "[1\n]", "[1\n]", None),
     ("[a] [1 2] [1,] [-1]", 1, None, "[a] [1 2] [1,] [-1]", None),
+    # --- Where the renderer decides (issue 12): one example per class ---
+    # A fence in a list item, indented past the item's content: code, never renumbered.
+    (
+        "1. Install:\n\n    ```python\n    x = a[2]\n\n    y = 1\n    ```\n\nSee [1].",
+        2,
+        None,
+        "1. Install:\n\n    ```python\n    x = a[2]\n\n    y = 1\n    ```\n\nSee [1].",
+        ["s1"],
+    ),
+    # Fences in a blockquote and right after a list marker.
+    ("> ```\n> a[1]\n> ```\n\n[2]", 2, None, "> ```\n> a[1]\n> ```\n\n[1]", ["s2"]),
+    ("- ```\n  a[1]\n  ```\n- [2]", 2, None, "- ```\n  a[1]\n  ```\n- [1]", ["s2"]),
+    # An inline backtick run cannot pair across the fence that ends its paragraph.
+    (
+        "Wrap the code in ``` like this:\n```python\nx = 1\n```\nThis works [2] and [9].",
+        2,
+        "Wrap the code in ``` like this:\n```python\nx = 1\n```\nThis works [2] and.",
+        "Wrap the code in ``` like this:\n```python\nx = 1\n```\nThis works [1] and.",
+        ["s2"],
+    ),
+    # "[n]:" lines are prose (no reference definitions), renumbered with the rest.
+    (
+        "Intro [2].\n[1]: detail one.\n[2]: detail two.",
+        2,
+        None,
+        "Intro [1].\n[2]: detail one.\n[1]: detail two.",
+        ["s2", "s1"],
+    ),
+    # Links: parentheses in the destination, titles, text across lines.
+    ("[wiki](https://x/Foo_(bar)[9]) [1]", 1, None, "[wiki](https://x/Foo_(bar)[9]) [1]", ["s1"]),
+    ('[a](http://x "t [1]") [2]', 2, None, '[a](http://x "t [1]") [1]', ["s2"]),
+    ("[see\n[1]](http://x) [2]", 2, None, "[see\n[1]](http://x) [1]", ["s2"]),
+    ("[1]\n(http://x) [2]", 2, None, "[1]\n(http://x) [2]", ["s1", "s2"]),
+    # A heading, a table cell, raw HTML (shown as text) are prose.
+    ("# Title [2]\n\nBody [1]", 2, None, "# Title [1]\n\nBody [2]", ["s2", "s1"]),
+    (
+        "| a | b |\n|---|---|\n| `x [1] | y` [2] |",
+        2,
+        None,
+        "| a | b |\n|---|---|\n| `x [1] | y` [2] |",
+        ["s1", "s2"],
+    ),
+    # A cell past the header's columns is not shown at all, so it holds no marker.
+    ("| a |\n|---|\n| [2] | [1] |", 2, None, "| a |\n|---|\n| [1] | [1] |", ["s2"]),
+    ("<div>\n[2]\n</div>", 2, None, "<div>\n[1]\n</div>", ["s2"]),
+    # Forms models write: full-width, ranges, other digits. All are renumbered, so no
+    # form is left holding a stale number.
+    ("A [2] B \u30101\u3011", 2, None, "A [1] B [2]", ["s2", "s1"]),
+    ("\uff3b1\uff3d and \u30102\u3011", 2, None, "[1] and [2]", ["s1", "s2"]),
+    ("\u30102\u3011(x)", 2, None, "\u30101\u3011(x)", ["s2"]),
+    ("[1-3]", 3, None, "[1, 2, 3]", ["s1", "s2", "s3"]),
+    ("[2\u20133] then [1]", 3, None, "[1, 2] then [3]", ["s2", "s3", "s1"]),
+    ("[2-5]", 3, "[2, 3]", "[1, 2]", ["s2", "s3"]),
+    ("[\u0661] and [\uff12]", 2, None, "[1] and [2]", ["s1", "s2"]),
+    # Dropping never changes the blocks: a line left blank goes, bare structure keeps a
+    # zero-width space, and spaces stay where the next character could join the previous.
+    ("para\n[9]\nmore [1]", 1, "para\nmore [1]", "para\nmore [1]", ["s1"]),
+    ("- [9]\n- b [1]", 1, "- \u200b\n- b [1]", "- \u200b\n- b [1]", ["s1"]),
+    ("a`` [9]` b [1] ``` c", 1, "a`` ` b [1] ``` c", "a`` ` b [1] ``` c", ["s1"]),
+    ("<http://x [9]>", 1, "<http://x >", "<http://x >", None),
 ]
 
 
@@ -386,67 +448,142 @@ class Modelled:
     final_markers: list[tuple[int, ...]]
 
 
-def _drop_with_spaces(out: list[Piece]) -> None:
-    while out and out[-1].kind == "text":
-        kept = out[-1].text.rstrip(" \t")
-        if kept:
-            out[-1] = Piece("text", kept)
-            return
-        out.pop()
+_SAFE_AFTER = set(" \t\n.,;:!?")
+_STRUCTURE = re.compile(r"[ \t>*+\-=_#~`\d.)|:]*")
+
+
+def apply_drops(text: str, spans: list[tuple[int, int, str | None]]) -> str:
+    """The drop rules of ADR 0004, written over planned spans (start, end, replacement):
+    ``None`` keeps, ``""`` drops. A line left blank goes with its line break; a line left
+    with only structure keeps a zero-width space for its first dropped marker; otherwise a
+    dropped marker takes the spaces before it when a space, a line end or closing
+    punctuation follows it."""
+    lines: dict[int, list[tuple[int, int]]] = {}
+    for start, end, replacement in spans:
+        if replacement == "":
+            lines.setdefault(text.rfind("\n", 0, start) + 1, []).append((start, end))
+    fate: dict[int, object] = {}
+    for line_start, dropped in lines.items():
+        line_end = text.find("\n", line_start)
+        line_end = len(text) if line_end == -1 else line_end
+        left, position = "", line_start
+        for start, end in dropped:
+            left += text[position:start]
+            position = end
+        left += text[position:line_end]
+        if not left.strip(" \t"):
+            fate[line_start] = min(line_end + 1, len(text))
+        elif _STRUCTURE.fullmatch(left):
+            fate[line_start] = "\u200b"
+    out, position = [], 0
+    for start, end, replacement in spans:
+        if replacement is None or start < position:
+            continue
+        between = text[position:start]
+        if replacement == "":
+            line_start = text.rfind("\n", 0, start) + 1
+            line_fate = fate.pop(line_start, None)
+            if isinstance(line_fate, int):
+                out.append(text[position:line_start])
+                position = line_fate
+                continue
+            after = text[end : end + 1]
+            before = text[line_start:start]
+            if line_fate is not None:
+                replacement = str(line_fate)
+            elif _STRUCTURE.fullmatch(before) and after not in ("", " ", "\t", "\n", "\r"):
+                replacement = "\u200b"  # "[9]- x" must not become a list item
+            else:
+                if (after == "" or after in _SAFE_AFTER) and not _STRUCTURE.fullmatch(
+                    before.rstrip(" \t")
+                ):
+                    between = between.rstrip(" \t")
+                left = between[-1:] or text[start - 1 : start]
+                if (
+                    left.strip()
+                    and after.strip()
+                    and (left in "<&" or after == ">" or left + after in ("``", "](", "!["))
+                ):
+                    replacement = "\u200b"  # "``[9]`" must not become one run
+        out.extend((between, replacement))
+        position = end
+    out.append(text[position:])
+    return "".join(out)
+
+
+def planned_spans(pieces: Sequence[Piece]) -> list[tuple[int, int, Piece]]:
+    spans, position = [], 0
+    for piece in pieces:
+        if piece.kind == "marker":
+            spans.append((position, position + len(piece.text), piece))
+        position += len(piece.text)
+    return spans
 
 
 def model(answer: Answer, count: int) -> Modelled:
-    stripped: list[Piece] = []
-    for piece in answer.pieces:
-        if piece.kind != "marker":
-            stripped.append(piece)
-            continue
+    text = answer.text
+    strip_spans: list[tuple[int, int, str | None]] = []
+    kept_numbers: list[tuple[int, ...]] = []
+    for start, end, piece in planned_spans(answer.pieces):
         kept = tuple(n for n in piece.numbers if 1 <= n <= count)
         if len(kept) == len(piece.numbers):
-            stripped.append(piece)
-        elif kept:
-            stripped.append(Piece("marker", "[" + ", ".join(map(str, kept)) + "]", kept))
+            strip_spans.append((start, end, None))
         else:
-            _drop_with_spaces(stripped)
+            strip_spans.append((start, end, "[" + ", ".join(map(str, kept)) + "]" if kept else ""))
+        if kept:
+            kept_numbers.append(kept)
+    stripped_text = apply_drops(text, strip_spans)
 
     order: list[int] = []
-    for piece in stripped:
-        order.extend(n for n in piece.numbers if n not in order)
-    stripped_text = "".join(piece.text for piece in stripped)
+    for numbers in kept_numbers:
+        order.extend(n for n in numbers if n not in order)
     if not order:
         return Modelled(stripped_text, stripped_text, [], [])
     new_of = {old: new for new, old in enumerate(order, start=1)}
 
-    out: list[Piece] = []
+    # The stripped text's markers, in order: find them by the plan, not by scanning.
+    stripped_markers = [m for m in _planned_after_strip(text, strip_spans)]
+    finalize_spans: list[tuple[int, int, str | None]] = []
     final_markers: list[tuple[int, ...]] = []
-    gap: str | None = None  # text since the previous marker; None: no usable previous one
-    cluster: set[int] = set()
-    for piece in stripped:
-        if piece.kind != "marker":
-            out.append(piece)
-            if gap is not None:
-                gap = gap + piece.text if piece.kind == "text" else None
-            continue
-        if gap is None or gap.strip(" \t"):
+    previous_end, cluster = -1, set()
+    for (start, end), numbers in zip(stripped_markers, kept_numbers, strict=True):
+        if previous_end < 0 or stripped_text[previous_end:start].strip(" \t"):
             cluster = set()
-        gap = ""
-        olds = tuple(n for n in piece.numbers if new_of[n] not in cluster)
-        olds = tuple(dict.fromkeys(olds))
+        previous_end = end
+        olds = tuple(dict.fromkeys(n for n in numbers if new_of[n] not in cluster))
         cluster.update(new_of[n] for n in olds)
         if olds:
-            out.append(Piece("marker", "[" + ", ".join(str(new_of[n]) for n in olds) + "]"))
+            finalize_spans.append((start, end, "[" + ", ".join(str(new_of[n]) for n in olds) + "]"))
             final_markers.append(olds)
         else:
-            _drop_with_spaces(out)
-    return Modelled(stripped_text, "".join(piece.text for piece in out), order, final_markers)
+            finalize_spans.append((start, end, ""))
+    return Modelled(stripped_text, apply_drops(stripped_text, finalize_spans), order, final_markers)
+
+
+def _planned_after_strip(
+    text: str, spans: list[tuple[int, int, str | None]]
+) -> list[tuple[int, int]]:
+    """Where each kept marker lands in ``apply_drops(text, spans)``."""
+    found = []
+    for index, (start, end, replacement) in enumerate(spans):
+        if replacement == "":
+            continue
+        # Mark this marker with sentinels, apply the same drops, and find the sentinels.
+        marked = spans[:index] + [(start, end, "\ue000" + (replacement or text[start:end]) + "\ue001")]
+        marked += spans[index + 1 :]
+        out = apply_drops(text, marked)
+        begin = out.index("\ue000")
+        found.append((begin, out.index("\ue001") - 1))
+    return found
 
 
 # --------------------------------------------------------------------------------------
 # Properties
 # --------------------------------------------------------------------------------------
 
-_MARKDOWN = MarkdownIt("commonmark", {"html": False})
-_MARKDOWN.disable("code")  # as answers.rendering does
+# The renderer's configuration (answers.citations.markdown_parser), without its marker rule.
+_MARKDOWN = MarkdownIt("commonmark", {"html": False}).enable(["table", "strikethrough"])
+_MARKDOWN.disable(["code", "reference"])
 
 
 def markdown_code(text: str) -> list[tuple[str, str]]:
@@ -584,5 +721,5 @@ def test_code_links_footnotes_and_escapes_are_byte_identical(answer: Answer, cou
     # ... and Markdown sees exactly the same code before and after.
     assert markdown_code(result.text) == markdown_code(answer.text)
     # Only markers and the spaces before dropped ones change: the rest is the same text.
-    prose = re.compile(r"[^\s\[\]0-9,]+")
+    prose = re.compile(r"[^\s\[\]0-9,\u200b]+")
     assert "".join(prose.findall(result.text)) == "".join(prose.findall(answer.text))

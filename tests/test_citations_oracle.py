@@ -1,0 +1,129 @@
+"""One definition of prose, proven against the renderer's parser (issue 12, ADR 0004).
+
+The oracle is markdown-it with exactly the renderer's configuration but without the
+citation rule, and with ``text_join`` off so that escapes and entities stay tokens of their
+own. A marker is a marker-shaped string inside one of its plain ``text`` tokens, outside
+link text and image descriptions. For hypothesis-generated Markdown (fences in lists and
+quotes, tildes, backtick runs of every length, headings, tables, HTML, reference-style
+lines, links with parentheses and titles, images, autolinks, escapes, entities, full-width
+and range markers) the module must read exactly those, and the rendered page must link
+exactly the markers the final text keeps.
+"""
+
+from __future__ import annotations
+
+from bs4 import BeautifulSoup
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from markdown_it import MarkdownIt
+from markdown_it.token import Token
+
+from answers.citations import (
+    MARKER_RE,
+    finalize_citations,
+    iter_markers,
+    strip_out_of_range_markers,
+)
+from answers.rendering import render_answer_html
+
+ORACLE = MarkdownIt("commonmark", {"html": False, "linkify": False, "typographer": False})
+ORACLE.enable(["table", "strikethrough"]).disable(["code", "reference", "text_join"])
+
+
+def oracle_markers(text: str) -> list[str]:
+    """Marker-shaped strings in the renderer's plain text, in order."""
+    found: list[str] = []
+    for block in ORACLE.parse(text):
+        if block.type != "inline":
+            continue
+        depth = 0
+        for child in block.children or []:
+            if child.type == "link_open":
+                depth += 1
+            elif child.type == "link_close":
+                depth -= 1
+            elif child.type == "text" and depth == 0:
+                found.extend(match[0] for match in MARKER_RE.finditer(child.content))
+    return found
+
+
+def oracle_code(text: str) -> list[str]:
+    found: list[str] = []
+    for block in ORACLE.parse(text):
+        if block.type in ("fence", "code_block"):
+            found.append(block.content)
+        for child in block.children or []:
+            if child.type == "code_inline":
+                found.append(child.content)
+    return found
+
+
+def module_markers(text: str) -> list[str]:
+    return [text[m.start : m.end] for m in iter_markers(text)]
+
+
+INLINE = [
+    "a", "word", "x.", " ", "  ", "\t", ",", "[1]", "[2]", "[3]", "[12]", "[1, 2]", "[ 2 ]",
+    "[1-2]", "[2\u20133]", "\u30101\u3011", "\uff3b2\uff3d", "[\u0661]", "[", "]", "(", ")",
+    "](u)", '](u "t [1]")', "](<u v>)", "[x](u)", "[x](u_(p)[1])", "![i [1]](u)",
+    "![i](u)", "<http://x/[1]>", "<a@b.co>", "<", ">", "\\[1]", "\\\\", "\\", "`", "``",
+    "```", "`[1]`", "``[2]``", "*", "_", "**", "~~", "~", "&#91;1]", "&amp;", "|", "[^1]",
+    ":", "[1]:", " http://x", ' "t"', "[2](", "<div>", "#",
+]  # fmt: skip
+PREFIXES = [
+    "", "", "", "> ", "- ", "* ", "1. ", "2) ", "  ", "    ", "> > ", "- > ", "> - ", "# ",
+    "## ", "```", "~~~", "````py", "   ```", "| ", "|---|", "| --- | --- |", "---", "***",
+    "===", "   ", "[1]: ", "\t",
+]  # fmt: skip
+
+lines = st.builds(
+    lambda prefix, pieces: prefix + "".join(pieces),
+    st.sampled_from(PREFIXES),
+    st.lists(st.sampled_from(INLINE), max_size=8),
+)
+documents = st.lists(lines, max_size=10).map("\n".join)
+
+
+@settings(max_examples=1500, deadline=None)
+@given(documents)
+def test_the_module_reads_exactly_the_markers_the_renderer_shows_as_text(text: str) -> None:
+    assert module_markers(text) == oracle_markers(text)
+
+
+def _render(text: str, count: int) -> BeautifulSoup:
+    html = render_answer_html(text, anchor_prefix="a-1-source", source_count=count)
+    return BeautifulSoup(html, "html.parser")
+
+
+@settings(max_examples=600, deadline=None)
+@given(documents, st.integers(0, 4))
+def test_the_page_links_exactly_the_markers_the_final_text_keeps(text: str, count: int) -> None:
+    stripped = strip_out_of_range_markers(text, count)
+    result = finalize_citations(stripped, list(range(count)))
+    # What the rules changed is prose only: the renderer sees the same code.
+    assert oracle_code(result.text) == oracle_code(text)
+    # The final text's markers are exactly the renderer's text markers ...
+    assert module_markers(result.text) == oracle_markers(result.text)
+    soup = _render(result.text, len(result.sources))
+    linked = [int(a.get_text()) for a in soup.select("a.citation")]
+    kept = [n for m in iter_markers(result.text) for n in m.numbers]
+    # ... and the page links each of their numbers, nowhere else.
+    assert linked == kept
+    for link in soup.select("a.citation"):
+        assert link.find_parent(["code", "pre"]) is None
+        assert link.find_parent("a") is None
+    if not result.fallback:
+        assert all(1 <= n <= len(result.sources) for n in kept)
+
+
+def _tokens_text(tokens: list[Token]) -> str:
+    return "".join(t.content for t in tokens)
+
+
+def test_the_oracle_sees_what_the_issue_describes() -> None:
+    # The oracle itself, on the issue's examples: the numbers in code are not text.
+    text = "1. Install:\n\n    ```python\n    x = a[2]\n\n    y = 1\n    ```\n\nSee [1]."
+    assert oracle_markers(text) == ["[1]"] == module_markers(text)
+    text = "Wrap the code in ``` like this:\n```python\nx = 1\n```\nThis works [2] and [9]."
+    assert oracle_markers(text) == ["[2]", "[9]"] == module_markers(text)
+    assert oracle_markers("[wiki](https://x/Foo_(bar)[9]) [1]") == ["[1]"]
