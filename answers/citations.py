@@ -1,8 +1,9 @@
 """The citation rules (ADR 0004, 0011), as pure functions over Markdown text.
 
 A *marker* is a bracketed citation that the answer's reader sees as text: ``[1]``,
-``[1, 3]``, a range ``[1-3]`` / ``[1–3]``, and the full-width forms ``【1】`` and ``［1］``
-that some models write, with any decimal digits. What "seen as text" means has exactly
+``[1, 3]``, a range ``[1-3]`` (also with an en or em dash), and the full-width and
+lenticular forms (U+FF3B/FF3D, U+3010/3011) that some models write, with any decimal
+digits. What "seen as text" means has exactly
 one definition: the renderer's parser. ``markdown_parser()`` builds the markdown-it
 configuration that ``answers.rendering`` renders with, and an inline rule added to it
 claims a marker at the point where markdown-it would otherwise emit those characters as
@@ -27,6 +28,7 @@ No Django imports: this module is the contract, and is tested as such.
 from __future__ import annotations
 
 import bisect
+import itertools
 import re
 from collections.abc import Callable, Iterable, Iterator, MutableMapping, Sequence
 from dataclasses import dataclass, field
@@ -147,7 +149,7 @@ def _collector(state: StateInline) -> _Collector | None:
     # descriptions (a separate parse of another string) are not prose.
     if collector is None or state.linkLevel or state.src is not collector.content:
         return None
-    return collector  # type: ignore[no-any-return]
+    return collector
 
 
 def _citation_rule(state: StateInline, silent: bool) -> bool:
@@ -308,7 +310,9 @@ def _content_to_source(
     line_end = line_starts[line + 1] - 1 if line + 1 < len(line_starts) else len(text)
     content_line_start = content.rfind("\n", 0, offset) + 1
     content_line_end = content.find("\n", offset)
-    content_line = content[content_line_start : content_line_end if content_line_end != -1 else None]
+    content_line = content[
+        content_line_start : content_line_end if content_line_end != -1 else None
+    ]
     source_line = text[line_start:line_end]
     if not cell:
         stripped = source_line.rstrip()
@@ -422,8 +426,8 @@ def _place(
 
 def iter_markers(text: str) -> Iterator[Marker]:
     """Yield every citation marker in the prose of ``text``, in order."""
-    if not any(opener in text for opener in _OPENERS):
-        return iter(())
+    if _MARKER.search(text) is None:
+        return iter(())  # nothing marker-shaped: no need to parse
     return iter(_analyze(text).markers)
 
 
@@ -494,10 +498,10 @@ def _drop(text: str, marker: Marker, line_start: int, between: str) -> tuple[str
     ):
         between = between.rstrip(" \t")
     left = between[-1:] or text[marker.start - 1 : marker.start]
-    if left and following and not left.isspace() and not following.isspace():
-        if left in _JOINS_LEFT or following in _JOINS_RIGHT or (left, following) in _JOINS:
-            # "``[9]`" would make one run of three backticks, "<[9]http:x>" an autolink.
-            return between, ZERO_WIDTH_SPACE
+    joins = left in _JOINS_LEFT or following in _JOINS_RIGHT or (left, following) in _JOINS
+    if left.strip() and following.strip() and joins:
+        # "``[9]`" would make one run of three backticks, "<[9]http:x>" an autolink.
+        return between, ZERO_WIDTH_SPACE
     return between, ""
 
 
@@ -641,6 +645,11 @@ _PARSE_BUDGET_PER_CHAR = 8
 _PARSE_OVERHEAD = 200
 # A short answer is parsed on every delta that needs it.
 _INITIAL_PARSE_BUDGET = 4000
+# A parse that settled nothing new, with more than _STALL_MIN characters held, waits
+# until the held text has grown this many times over (or a line ends): an unresolvable
+# "[x](" or backtick is not parsed again and again while it cannot resolve.
+_STALL_GROWTH = 4
+_STALL_MIN = 64
 _PLAIN_DELTA = re.compile(r"[^\n\r`\[\]<\\|\uff3b\u3010]*")
 # A line start that no later character can turn into a fence, a table row or another
 # block whose text reads differently: optional container prefixes, then a letter.
@@ -693,12 +702,12 @@ def _settle_around_markers(
                 break
             line_start = text.rfind("\n", 0, marker.start) + 1
             line_end = text.find("\n", marker.start)
-            if line_end == -1 or line_end >= cut:
-                # Its line is unfinished: whether dropping it leaves the line blank or
-                # bare structure depends on the rest of the line.
-                if _STRUCTURAL_ONLY.fullmatch(_MARKER.sub("", text[line_start:cut])):
-                    cut, moved = marker.start, True
-                    break
+            # On an unfinished line, whether dropping it leaves the line blank or bare
+            # structure depends on the rest of the line.
+            unfinished = line_end == -1 or line_end >= cut
+            if unfinished and _STRUCTURAL_ONLY.fullmatch(_MARKER.sub("", text[line_start:cut])):
+                cut, moved = marker.start, True
+                break
         if not moved:
             return cut
 
@@ -708,7 +717,7 @@ def _reset_point(analysis: _Analysis, settled: int) -> int:
     starts = analysis.line_starts
     text = analysis.text
     best = 0
-    for (_, previous_end), (start_line, _) in zip(analysis.blocks, analysis.blocks[1:]):
+    for (_, previous_end), (start_line, _) in itertools.pairwise(analysis.blocks):
         if start_line <= previous_end or start_line + 1 >= len(starts):
             continue  # no blank line between, or the block's first line is unfinished
         offset = starts[start_line]
@@ -733,6 +742,7 @@ class MarkerStreamFilter:
         self._tail_length = 0
         self._tail_emitted = 0  # length of the stripped tail already emitted
         self._budget = _INITIAL_PARSE_BUDGET
+        self._stalled_until = 0  # no parse before the tail is this long (see _STALL_GROWTH)
         self._open = False  # the last parse settled everything but trailing spaces
         self._held_spaces = ""
         self._cited: dict[int, None] = {}
@@ -762,6 +772,8 @@ class MarkerStreamFilter:
         cost = self._tail_length + _PARSE_OVERHEAD
         if self._budget < cost:
             return ""  # parsed again once enough new text has paid for it
+        if self._tail_length < self._stalled_until and "\n" not in delta:
+            return ""
         self._budget -= cost
         return self._evaluate(final=False)
 
@@ -777,6 +789,9 @@ class MarkerStreamFilter:
         stripped = rewrite_markers(tail[:settled], _strip_replacement(self.count), markers)
         out = stripped[self._tail_emitted :]
         self._tail_emitted = max(self._tail_emitted, len(stripped))
+        held = len(tail) - settled
+        stalled = not out and not final and held > _STALL_MIN
+        self._stalled_until = len(tail) + held * (_STALL_GROWTH - 1) if stalled else 0
         for marker in markers:
             for number in marker.numbers:
                 if 1 <= number <= self.count and number not in self._cited:

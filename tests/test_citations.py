@@ -569,8 +569,8 @@ def _planned_after_strip(
         if replacement == "":
             continue
         # Mark this marker with sentinels, apply the same drops, and find the sentinels.
-        marked = spans[:index] + [(start, end, "\ue000" + (replacement or text[start:end]) + "\ue001")]
-        marked += spans[index + 1 :]
+        sentinel = "\ue000" + (replacement or text[start:end]) + "\ue001"
+        marked = [*spans[:index], (start, end, sentinel), *spans[index + 1 :]]
         out = apply_drops(text, marked)
         begin = out.index("\ue000")
         found.append((begin, out.index("\ue001") - 1))

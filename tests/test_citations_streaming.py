@@ -85,3 +85,94 @@ def test_new_citations_are_reported_once_in_first_citation_order():
     emitted += stream_filter.feed("[3] e")
     assert stream_filter.take_new_citations(emitted) == [3]
     assert cited_numbers(emitted) == [2, 1, 3]
+
+
+# --- Block structure while streaming (issue 12) -----------------------------------------
+
+from tests.test_citations_oracle import documents  # noqa: E402
+
+
+@st.composite
+def split_documents(draw):  # type: ignore[no-untyped-def]
+    raw = draw(documents)
+    cuts = sorted(draw(st.sets(st.integers(0, len(raw)), max_size=12)))
+    bounds = [0, *cuts, len(raw)]
+    return raw, [raw[i:j] for i, j in itertools.pairwise(bounds)]
+
+
+@settings(max_examples=500, deadline=None)
+@given(split_documents(), st.integers(0, 3))
+def test_any_split_of_any_markdown_streams_the_stripped_text_and_never_takes_it_back(case, count):
+    raw, deltas = case
+    stream_filter = MarkerStreamFilter(count)
+    final = strip_out_of_range_markers(raw, count)
+    so_far, citations = "", []
+    for delta in [*deltas, None]:
+        so_far += stream_filter.feed(delta) if delta is not None else stream_filter.close()
+        assert final.startswith(so_far)
+        citations += stream_filter.take_new_citations()
+    assert so_far == final
+    # Citations are announced once each, in first-citation order of the stripped text.
+    assert citations == cited_numbers(final)
+
+
+def test_an_open_code_span_holds_the_paragraph_until_it_is_closed_or_ends():
+    stream_filter = MarkerStreamFilter(2)
+    assert stream_filter.feed("See `a [2] ") == "See"
+    assert stream_filter.feed("b` and [1]. ") == " `a [2] b` and [1]."
+    assert stream_filter.take_new_citations() == [1]  # the [2] in code cites nothing
+
+
+def test_a_line_that_may_become_a_table_row_waits_for_the_next_line():
+    stream_filter = MarkerStreamFilter(2)
+    shown = stream_filter.feed("x `a | b [2]` |\n")
+    assert shown == ""  # a delimiter row next would split the code span into cells
+    shown += stream_filter.feed("|---|---|\n")
+    shown += stream_filter.close()
+    assert shown == strip_out_of_range_markers("x `a | b [2]` |\n|---|---|\n", 2)
+
+
+def test_a_blank_line_commits_the_paragraph_before_it():
+    stream_filter = MarkerStreamFilter(1)
+    stream_filter.feed("One `open [1]\n\n")
+    assert "".join(stream_filter._tail) == "One `open [1]\n\n"  # the paragraph may be code
+    stream_filter.feed("Two [1] and more text.\n")
+    # The first paragraph is settled (its backtick can no longer close): not parsed again.
+    assert "".join(stream_filter._tail).startswith("Two")
+
+
+def _parsed_characters(deltas: list[str], count: int, monkeypatch) -> int:  # type: ignore[no-untyped-def]
+    import answers.citations as citations
+
+    parsed = 0
+    analyze = citations._analyze
+
+    def counting(text, **kwargs):  # type: ignore[no-untyped-def]
+        nonlocal parsed
+        parsed += len(text)
+        return analyze(text, **kwargs)
+
+    monkeypatch.setattr(citations, "_analyze", counting)
+    stream_filter = MarkerStreamFilter(count)
+    for delta in deltas:
+        stream_filter.feed(delta)
+    stream_filter.close()
+    return parsed
+
+
+def test_each_character_is_parsed_a_bounded_number_of_times(monkeypatch):
+    """The stream filter's cost is linear: however an answer is split and whatever it
+    holds, the parser sees each character a bounded number of times (a count, not a time)."""
+    from answers.citations import _INITIAL_PARSE_BUDGET, _PARSE_BUDGET_PER_CHAR
+
+    sentence = "Lambdas are small [1] and `x[2]` see [the docs](https://d/x). "
+    cases = {
+        "prose, 4-character deltas": sentence * 320,
+        "one line of [x](": "[x](" * 2000,
+        "one open code span": "`" + "a [1] " * 3000,
+    }
+    for name, raw in cases.items():
+        deltas = [raw[i : i + 4] for i in range(0, len(raw), 4)]
+        parsed = _parsed_characters(deltas, 2, monkeypatch)
+        bound = _INITIAL_PARSE_BUDGET + (_PARSE_BUDGET_PER_CHAR + 1) * len(raw)
+        assert parsed <= bound, name
