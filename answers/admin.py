@@ -1,6 +1,8 @@
 """Admin: review stored answers (read-only but for the review), manage documents and tokens.
 
-Everything a model or a document wrote goes through ``format_html``/autoescape.
+Everything a model or a document wrote goes through ``format_html``/autoescape. What a
+reviewer may read follows the app's one access rule (README "Access"): every list,
+search, filter and change page starts from a selector's queryset for that reviewer.
 """
 
 from __future__ import annotations
@@ -8,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin, messages
+from django.contrib.auth.models import AnonymousUser
 from django.db.models import Count, QuerySet
 from django.http import HttpRequest
 from django.urls import reverse
@@ -17,6 +20,8 @@ from django.utils.safestring import SafeString
 from . import selectors, services
 from .conf import answers_settings
 from .models import Answer, ApiToken, Document, Feedback, RetrievedSource
+
+RESTRICTED_TITLE = "A document you may not view"
 
 
 class FeedbackInline(admin.TabularInline):
@@ -86,7 +91,9 @@ class AnswerAdmin(admin.ModelAdmin):
     )
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Answer]:
-        return selectors.answer_admin_queryset()
+        # Withheld answers are not in the list, the search, the filters' counts, the change
+        # page (it says "does not exist", as for a missing id) or their feedback inline.
+        return selectors.answer_admin_queryset(reviewer=request.user)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
@@ -148,23 +155,26 @@ class AnswerAdmin(admin.ModelAdmin):
 
     @admin.display(description="Every candidate with its fate")
     def sources_table(self, obj: Answer) -> SafeString:
-        rows = (
+        rows = list(
             RetrievedSource.objects.filter(question_id=obj.question_id)
             .select_related("document", "chunk")
             .order_by("rank")
         )
+        # A candidate the reviewer may not view (dropped for the asker, say) keeps its row
+        # and fate, but not its title, chunk or scores.
+        reviewer = getattr(obj, "admin_reviewer", None) or AnonymousUser()
+        readable = selectors.document_admin_queryset(reviewer=reviewer).filter(
+            pk__in={row.document_id for row in rows}
+        )
+        readable_ids = set(readable.values_list("pk", flat=True))
         body = format_html_join(
             "",
-            "<tr><td>{}</td><td><a href='{}'>{}</a></td><td>{}</td><td>{}</td><td>{}</td>"
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>"
             "<td>{}</td><td>{}</td><td>{}</td></tr>",
             (
                 (
                     row.rank,
-                    reverse("admin:answers_document_change", args=[row.document_id]),
-                    row.document.title,
-                    row.chunk.ordinal if row.chunk else "—",
-                    f"{row.score:.3f}",
-                    "—" if row.rerank_score is None else f"{row.rerank_score:.3f}",
+                    *self._source_cells(row, row.document_id in readable_ids),
                     row.prompt_number or "—",
                     row.get_dropped_reason_display() or "numbered",
                     row.final_number or "—",
@@ -178,6 +188,28 @@ class AnswerAdmin(admin.ModelAdmin):
             "<tbody>{}</tbody></table>",
             body,
         )
+
+    def _source_cells(self, row: RetrievedSource, readable: bool) -> tuple[object, ...]:
+        if not readable:
+            return (format_html('<span class="muted">{}</span>', RESTRICTED_TITLE),) + ("—",) * 3
+        return (
+            format_html(
+                "<a href='{}'>{}</a>",
+                reverse("admin:answers_document_change", args=[row.document_id]),
+                row.document.title,
+            ),
+            row.chunk.ordinal if row.chunk else "—",
+            f"{row.score:.3f}",
+            "—" if row.rerank_score is None else f"{row.rerank_score:.3f}",
+        )
+
+    def get_object(self, request: HttpRequest, object_id: str, from_field: Any = None) -> Any:
+        answer = super().get_object(request, object_id, from_field)
+        if answer is not None:
+            # Read-only fields render without the request: the object carries its viewer
+            # (on this request's instance, never on the shared ModelAdmin).
+            answer.admin_reviewer = request.user
+        return answer
 
 
 @admin.register(Document)
@@ -201,7 +233,10 @@ class DocumentAdmin(admin.ModelAdmin):
     )
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Document]:
-        return super().get_queryset(request).annotate(chunks_total=Count("chunks"))
+        # Outside a document's groups (and without review_all_answers) a reviewer cannot
+        # list, search, open or change it.
+        documents = selectors.document_admin_queryset(reviewer=request.user)
+        return documents.annotate(chunks_total=Count("chunks"))
 
     def formfield_for_dbfield(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
         if db_field.name == "url":
