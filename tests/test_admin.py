@@ -597,3 +597,34 @@ def test_a_reviewer_outside_vault_cannot_list_search_open_or_delete_vault_docume
         c = _as(client, review_case[reviewer])
         assert VAULT_TITLES[0] in c.get(documents, {"q": "Nightjar"}).content.decode()
         assert c.get(change).status_code == 200
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_live_admin_withholds_vault_answers_from_a_reviewer_outside_vault(
+    daphne_live_server, review_case
+):  # type: ignore[no-untyped-def]
+    """The same rule through the running app (daphne, real HTTP, a real session)."""
+    import httpx
+    from django.test import Client
+
+    def admin_session(user):  # type: ignore[no-untyped-def]
+        browser = Client()
+        browser.force_login(user)
+        cookies = {"sessionid": browser.cookies["sessionid"].value}
+        return httpx.Client(base_url=daphne_live_server.url, cookies=cookies, timeout=20.0)
+
+    vault = review_case["vault"]
+    with admin_session(review_case["outsider"]) as http:
+        listing = http.get(reverse(CHANGELIST))
+        assert listing.status_code == 200 and "2 answers" in listing.text
+        assert VAULT_QUESTION not in listing.text
+        _assert_no_vault_words(listing.text)
+        found = http.get(reverse(CHANGELIST), params={"q": VAULT_SECRET})
+        assert "0 results (" in found.text and VAULT_QUESTION not in found.text
+        change = http.get(_change_url(vault))
+        assert change.status_code == 302 and change.headers["location"] == reverse("admin:index")
+        documents = http.get(reverse("admin:answers_document_changelist"), params={"q": "Night"})
+        assert all(title not in documents.text for title in VAULT_TITLES)
+    with admin_session(review_case["insider"]) as http:
+        change = http.get(_change_url(vault))
+        assert change.status_code == 200 and VAULT_SECRET in change.text
