@@ -19,9 +19,7 @@ from django.utils.safestring import SafeString
 
 from . import selectors, services
 from .conf import answers_settings
-from .models import Answer, ApiToken, Document, Feedback, RetrievedSource
-
-RESTRICTED_TITLE = "A document you may not view"
+from .models import Answer, ApiToken, Document, Feedback
 
 
 class FeedbackInline(admin.TabularInline):
@@ -155,31 +153,28 @@ class AnswerAdmin(admin.ModelAdmin):
 
     @admin.display(description="Every candidate with its fate")
     def sources_table(self, obj: Answer) -> SafeString:
-        rows = list(
-            RetrievedSource.objects.filter(question_id=obj.question_id)
-            .select_related("document", "chunk")
-            .order_by("rank")
-        )
-        # A candidate the reviewer may not view (dropped for the asker, say) keeps its row
-        # and fate, but not its title, chunk or scores.
         reviewer = getattr(obj, "admin_reviewer", None) or AnonymousUser()
-        readable = selectors.document_admin_queryset(reviewer=reviewer).filter(
-            pk__in={row.document_id for row in rows}
+        rows = selectors.retrieved_sources_for_review(
+            question_id=obj.question_id, reviewer=reviewer
         )
-        readable_ids = set(readable.values_list("pk", flat=True))
+        # Ranks are positions in this list: a gap would tell where a hidden one was.
         body = format_html_join(
             "",
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>"
+            "<tr><td>{}</td><td><a href='{}'>{}</a></td><td>{}</td><td>{}</td><td>{}</td>"
             "<td>{}</td><td>{}</td><td>{}</td></tr>",
             (
                 (
-                    row.rank,
-                    *self._source_cells(row, row.document_id in readable_ids),
+                    position,
+                    reverse("admin:answers_document_change", args=[row.document_id]),
+                    row.document.title,
+                    row.chunk.ordinal if row.chunk else "—",
+                    f"{row.score:.3f}",
+                    "—" if row.rerank_score is None else f"{row.rerank_score:.3f}",
                     row.prompt_number or "—",
                     row.get_dropped_reason_display() or "numbered",
                     row.final_number or "—",
                 )
-                for row in rows
+                for position, row in enumerate(rows, start=1)
             ),
         )
         return format_html(
@@ -187,20 +182,6 @@ class AnswerAdmin(admin.ModelAdmin):
             "<th>Rerank</th><th>Prompt [n]</th><th>Fate</th><th>Final [n]</th></tr></thead>"
             "<tbody>{}</tbody></table>",
             body,
-        )
-
-    def _source_cells(self, row: RetrievedSource, readable: bool) -> tuple[object, ...]:
-        if not readable:
-            return (format_html('<span class="muted">{}</span>', RESTRICTED_TITLE),) + ("—",) * 3
-        return (
-            format_html(
-                "<a href='{}'>{}</a>",
-                reverse("admin:answers_document_change", args=[row.document_id]),
-                row.document.title,
-            ),
-            row.chunk.ordinal if row.chunk else "—",
-            f"{row.score:.3f}",
-            "—" if row.rerank_score is None else f"{row.rerank_score:.3f}",
         )
 
     def get_object(self, request: HttpRequest, object_id: str, from_field: Any = None) -> Any:

@@ -286,10 +286,18 @@ def answer_admin_queryset(*, reviewer: AnyUser) -> QuerySet[Answer]:
     with ``review_all_answers``, else only those not withheld from them. Excluded, not
     shown as placeholders, so no count, filter, search or sort depends on what they hide."""
     answers = Answer.objects.all()
+    # Candidates from documents the reviewer may not view are not counted either (nor
+    # listed, see retrieved_sources_for_review): that they matched is itself a clue.
+    retrieved = Q()
     if not user_may_review_all(user=reviewer):
         answers = answers.exclude(answer_withheld_q(user=reviewer))
+        retrieved = Q(
+            question__retrieved_sources__document__in=document_list_visible(user=reviewer).values(
+                "pk"
+            )
+        )
     return answers.select_related("question", "question__user").annotate(
-        retrieved_count=Count("question__retrieved_sources", distinct=True),
+        retrieved_count=Count("question__retrieved_sources", filter=retrieved, distinct=True),
         cited_count=Count(
             "question__retrieved_sources__document",
             filter=Q(question__retrieved_sources__cited=True),
@@ -298,3 +306,17 @@ def answer_admin_queryset(*, reviewer: AnyUser) -> QuerySet[Answer]:
         feedback_up=Count("feedback", filter=Q(feedback__rating="up"), distinct=True),
         feedback_down=Count("feedback", filter=Q(feedback__rating="down"), distinct=True),
     )
+
+
+def retrieved_sources_for_review(*, question_id: int, reviewer: AnyUser) -> list[RetrievedSource]:
+    """Every candidate of ``question_id`` with its fate, best first, as ``reviewer`` may see
+    them in the admin: without those from documents they may not view (a dropped one, say:
+    the asker could not view it either), unless they hold ``review_all_answers``."""
+    rows = (
+        RetrievedSource.objects.filter(question_id=question_id)
+        .select_related("document", "chunk")
+        .order_by("rank")
+    )
+    if not user_may_review_all(user=reviewer):
+        rows = rows.filter(document__in=document_list_visible(user=reviewer).values("pk"))
+    return list(rows)

@@ -554,17 +554,37 @@ def test_a_reviewer_outside_vault_cannot_open_or_review_a_withheld_answer(client
     assert (vault.reviewed, vault.review_note) == (False, "")
 
 
-def test_a_reviewer_outside_vault_sees_no_vault_title_in_a_readable_answers_sources(
-    client, review_case
-):  # type: ignore[no-untyped-def]
+def test_a_readable_answer_shows_a_reviewer_no_candidate_they_may_not_view(client, review_case):  # type: ignore[no-untyped-def]
+    """The outsider's answer is readable, but vault chunks matched its question and were
+    dropped: a reviewer outside vault sees neither them nor a trace of them (no row, no rank
+    gap, no count), since that they matched is itself a clue to the vault's words."""
     dropped = review_case["dropped"]
-    html = _as(client, review_case["outsider"]).get(_change_url(dropped)).content.decode()
-    assert "<th>Final [n]</th>" in html
+    stored = RetrievedSource.objects.filter(question=dropped.question)
+    viewable = stored.exclude(document__source_key__startswith="vault:").count()
+    assert viewable < stored.count()
+
+    def table_and_row(user):  # type: ignore[no-untyped-def]
+        c = _as(client, user)
+        html = c.get(_change_url(dropped)).content.decode()
+        assert "<th>Final [n]</th>" in html
+        table = html.split("<th>Final [n]</th>", 1)[1].split("</table>", 1)[0]
+        rows = re.findall(r"<tr>.*?</tr>", table, re.S)
+        listing = c.get(reverse(CHANGELIST), {"q": "hangar lambda"}).content.decode()
+        (row,) = _result_rows(listing)
+        return html, rows, row
+
+    html, rows, row = table_and_row(review_case["outsider"])
     _assert_no_vault_words(html)
-    assert "A document you may not view" in html
-    assert "The asking user may not view it" in html  # the row and its fate stay
-    html = _as(client, review_case["insider"]).get(_change_url(dropped)).content.decode()
+    assert "The asking user may not view it" not in html
+    ranks = [re.findall(r"<td>(.*?)</td>", r, re.S)[0] for r in rows]
+    assert ranks == [str(n) for n in range(1, viewable + 1)]
+    assert f'class="field-retrieved">{viewable}<' in row
+
+    html, rows, row = table_and_row(review_case["insider"])
     assert any(title in html for title in VAULT_TITLES)
+    assert "The asking user may not view it" in html
+    assert len(rows) == stored.count()
+    assert f'class="field-retrieved">{stored.count()}<' in row
 
 
 def test_a_reviewer_outside_vault_cannot_list_search_open_or_delete_vault_documents(
