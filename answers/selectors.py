@@ -162,8 +162,9 @@ def _hidden_prompt_sources(
 def answer_withheld_q(*, user: AnyUser) -> Exists:
     """Answers withheld from ``user``: written from a source they may not view (now).
 
-    The one rule for stored answers, used by every transport (``answer_payload``), the
-    prompt history (``conversation_history``) and the admin (``answer_admin_queryset``)."""
+    The one rule for stored answers (``_hidden_prompt_sources``), as a filter; every
+    transport (``answer_payload``), the prompt history (``conversation_history``) and the
+    admin (``answer_admin_queryset``) apply it."""
     return Exists(_hidden_prompt_sources(user=user, question_id=OuterRef("question_id")))
 
 
@@ -291,11 +292,8 @@ def answer_admin_queryset(*, reviewer: AnyUser) -> QuerySet[Answer]:
     retrieved = Q()
     if not user_may_review_all(user=reviewer):
         answers = answers.exclude(answer_withheld_q(user=reviewer))
-        retrieved = Q(
-            question__retrieved_sources__document__in=document_list_visible(user=reviewer).values(
-                "pk"
-            )
-        )
+        visible = document_list_visible(user=reviewer).values("pk")
+        retrieved = Q(question__retrieved_sources__document__in=visible)
     return answers.select_related("question", "question__user").annotate(
         retrieved_count=Count("question__retrieved_sources", filter=retrieved, distinct=True),
         cited_count=Count(
