@@ -1,6 +1,8 @@
 """Admin: review stored answers (read-only but for the review), manage documents and tokens.
 
-Everything a model or a document wrote goes through ``format_html``/autoescape.
+Everything a model or a document wrote goes through ``format_html``/autoescape. What a
+reviewer may read follows the app's one access rule (README "Access"): every list,
+search, filter and change page starts from a selector's queryset for that reviewer.
 """
 
 from __future__ import annotations
@@ -8,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin, messages
+from django.contrib.auth.models import AnonymousUser
 from django.db.models import Count, QuerySet
 from django.http import HttpRequest
 from django.urls import reverse
@@ -16,7 +19,7 @@ from django.utils.safestring import SafeString
 
 from . import selectors, services
 from .conf import answers_settings
-from .models import Answer, ApiToken, Document, Feedback, RetrievedSource
+from .models import Answer, ApiToken, Document, Feedback
 
 
 class FeedbackInline(admin.TabularInline):
@@ -86,7 +89,9 @@ class AnswerAdmin(admin.ModelAdmin):
     )
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Answer]:
-        return selectors.answer_admin_queryset()
+        # Withheld answers are not in the list, the search, the filters' counts, the change
+        # page (it says "does not exist", as for a missing id) or their feedback inline.
+        return selectors.answer_admin_queryset(reviewer=request.user)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
@@ -148,18 +153,18 @@ class AnswerAdmin(admin.ModelAdmin):
 
     @admin.display(description="Every candidate with its fate")
     def sources_table(self, obj: Answer) -> SafeString:
-        rows = (
-            RetrievedSource.objects.filter(question_id=obj.question_id)
-            .select_related("document", "chunk")
-            .order_by("rank")
+        reviewer = getattr(obj, "admin_reviewer", None) or AnonymousUser()
+        rows = selectors.retrieved_sources_for_review(
+            question_id=obj.question_id, reviewer=reviewer
         )
+        # Ranks are positions in this list: a gap would tell where a hidden one was.
         body = format_html_join(
             "",
             "<tr><td>{}</td><td><a href='{}'>{}</a></td><td>{}</td><td>{}</td><td>{}</td>"
             "<td>{}</td><td>{}</td><td>{}</td></tr>",
             (
                 (
-                    row.rank,
+                    position,
                     reverse("admin:answers_document_change", args=[row.document_id]),
                     row.document.title,
                     row.chunk.ordinal if row.chunk else "—",
@@ -169,7 +174,7 @@ class AnswerAdmin(admin.ModelAdmin):
                     row.get_dropped_reason_display() or "numbered",
                     row.final_number or "—",
                 )
-                for row in rows
+                for position, row in enumerate(rows, start=1)
             ),
         )
         return format_html(
@@ -178,6 +183,14 @@ class AnswerAdmin(admin.ModelAdmin):
             "<tbody>{}</tbody></table>",
             body,
         )
+
+    def get_object(self, request: HttpRequest, object_id: str, from_field: Any = None) -> Any:
+        answer = super().get_object(request, object_id, from_field)
+        if answer is not None:
+            # Read-only fields render without the request: the object carries its viewer
+            # (on this request's instance, never on the shared ModelAdmin).
+            answer.admin_reviewer = request.user
+        return answer
 
 
 @admin.register(Document)
@@ -201,7 +214,10 @@ class DocumentAdmin(admin.ModelAdmin):
     )
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Document]:
-        return super().get_queryset(request).annotate(chunks_total=Count("chunks"))
+        # Outside a document's groups (and without review_all_answers) a reviewer cannot
+        # list, search, open or change it.
+        documents = selectors.document_admin_queryset(reviewer=request.user)
+        return documents.annotate(chunks_total=Count("chunks"))
 
     def formfield_for_dbfield(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
         if db_field.name == "url":

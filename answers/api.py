@@ -43,6 +43,7 @@ class ReferenceOut(Schema):
     url: str
     score: float
     excerpt: str
+    available: bool = True
 
 
 class AnswerOut(Schema):
@@ -53,6 +54,7 @@ class AnswerOut(Schema):
     text: str
     html: str
     references: list[ReferenceOut]
+    withheld: bool = False
 
 
 class AnswerSummaryOut(Schema):

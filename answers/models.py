@@ -172,6 +172,12 @@ class Answer(models.Model):
     class Meta:
         ordering = ["-created_at", "-id"]
         indexes = [models.Index(fields=["status", "created_at"])]
+        permissions = [
+            (
+                "review_all_answers",
+                "Can review every answer and document in the admin, whatever its access",
+            )
+        ]
 
     def __str__(self) -> str:
         return f"Answer {self.pk} ({self.status})"

@@ -372,7 +372,8 @@ def _prepare(*, user: User, question: str, conversation_id: uuid.UUID | None) ->
             )
         except selectors.NotFound:
             raise ConversationNotFound("conversation not found") from None
-        history = selectors.conversation_history(conversation=conversation)
+        # Only turns the asker may still read: a withheld answer never enters a prompt again.
+        history = selectors.conversation_history(conversation=conversation, user=user)
         previous_question = history[-1].question if history else None
 
     hits = search_hits(question=question, previous_question=previous_question)

@@ -7,7 +7,7 @@ import uuid
 from collections.abc import Iterable
 
 from django.contrib.auth.models import AnonymousUser, User
-from django.db.models import Count, Q, QuerySet
+from django.db.models import Count, Exists, OuterRef, Q, QuerySet
 from django.urls import reverse
 
 from .conf import answers_settings
@@ -54,6 +54,20 @@ def document_visible_ids(*, user: AnyUser, document_ids: Iterable[int]) -> set[i
     return set(document_list_visible(user=user).filter(pk__in=ids).values_list("pk", flat=True))
 
 
+def user_may_review_all(*, user: AnyUser) -> bool:
+    """A reviewer who may read every answer and document in the admin, whatever its
+    access (superusers implicitly)."""
+    return bool(user.is_active and user.has_perm("answers.review_all_answers"))
+
+
+def document_admin_queryset(*, reviewer: AnyUser) -> QuerySet[Document]:
+    """The documents ``reviewer`` may list, search and open in the admin."""
+    documents = Document.objects.all()
+    if user_may_review_all(user=reviewer):
+        return documents
+    return documents.filter(pk__in=document_list_visible(user=reviewer).values("pk"))
+
+
 def document_get_visible(*, user: AnyUser, document_id: int) -> Document:
     document = document_list_visible(user=user).filter(pk=document_id).first()
     if document is None:
@@ -95,12 +109,14 @@ def conversation_get_for_user(*, conversation_id: uuid.UUID, user: AnyUser) -> C
     return conversation
 
 
-def conversation_history(*, conversation: Conversation) -> list[PriorTurn]:
-    """The last ``HISTORY_TURNS`` answered turns, oldest first."""
+def conversation_history(*, conversation: Conversation, user: AnyUser) -> list[PriorTurn]:
+    """The last ``HISTORY_TURNS`` turns ``user`` may still read, oldest first: a turn whose
+    answer is withheld from them (``answer_withheld_q``) is left out whole."""
     limit = int(answers_settings.HISTORY_TURNS)
     chars = int(answers_settings.HISTORY_ANSWER_CHARS)
     questions = (
         Question.objects.filter(conversation=conversation)
+        .exclude(Exists(_hidden_prompt_sources(user=user, question_id=OuterRef("pk"))))
         .select_related("answer")
         .order_by("-turn")[: max(limit, 1)]
     )
@@ -125,6 +141,35 @@ def answer_get_for_user(*, answer_id: int, user: AnyUser) -> Answer:
 
 def answer_list_for_user(*, user: AnyUser) -> QuerySet[Answer]:
     return _answers_base().filter(question__user_id=user.pk or 0).order_by("-created_at", "-id")
+
+
+# What a viewer gets instead of an answer written from a source they may no longer view.
+WITHHELD_MESSAGE = "This answer is withheld: it draws on a source you can no longer access."
+
+
+def _hidden_prompt_sources(
+    *, user: AnyUser, question_id: int | OuterRef
+) -> QuerySet[RetrievedSource]:
+    """The sources given to the model for ``question_id`` that ``user`` may not view now.
+
+    Every source in the prompt counts, not only the cited ones: the text may quote a
+    source it does not cite."""
+    return RetrievedSource.objects.filter(
+        question_id=question_id, prompt_number__isnull=False
+    ).exclude(document__in=document_list_visible(user=user).values("pk"))
+
+
+def answer_withheld_q(*, user: AnyUser) -> Exists:
+    """Answers withheld from ``user``: written from a source they may not view (now).
+
+    The one rule for stored answers (``_hidden_prompt_sources``), as a filter; every
+    transport (``answer_payload``), the prompt history (``conversation_history``) and the
+    admin (``answer_admin_queryset``) apply it."""
+    return Exists(_hidden_prompt_sources(user=user, question_id=OuterRef("question_id")))
+
+
+def answer_is_withheld(*, answer: Answer, user: AnyUser) -> bool:
+    return _hidden_prompt_sources(user=user, question_id=answer.question_id).exists()
 
 
 def answer_anchor_prefix(*, answer_id: int) -> str:
@@ -203,8 +248,16 @@ def answer_references(*, answer: Answer, user: AnyUser) -> list[Reference]:
 
 
 def answer_payload(*, answer: Answer, user: AnyUser) -> AnswerPayload:
+    """A stored answer as ``user`` may see it now: withheld (a notice instead of its text)
+    when it was written from a source they can no longer view."""
     references = answer_references(answer=answer, user=user)
-    text = answer.final_text if answer.status != Answer.Status.STREAMING else answer.raw_text
+    withheld = answer_is_withheld(answer=answer, user=user)
+    if withheld:
+        text = WITHHELD_MESSAGE
+    elif answer.status == Answer.Status.STREAMING:
+        text = answer.raw_text
+    else:
+        text = answer.final_text
     return AnswerPayload(
         answer_id=answer.pk,
         conversation_id=str(answer.question.conversation_id),
@@ -217,6 +270,7 @@ def answer_payload(*, answer: Answer, user: AnyUser) -> AnswerPayload:
             source_count=len(references),
         ),
         references=references,
+        withheld=withheld,
     )
 
 
@@ -228,9 +282,20 @@ def api_token_get_active(*, token_hash: str) -> ApiToken | None:
     )
 
 
-def answer_admin_queryset() -> QuerySet[Answer]:
-    return Answer.objects.select_related("question", "question__user").annotate(
-        retrieved_count=Count("question__retrieved_sources", distinct=True),
+def answer_admin_queryset(*, reviewer: AnyUser) -> QuerySet[Answer]:
+    """The answers ``reviewer`` may list, search, filter and open in the admin: all of them
+    with ``review_all_answers``, else only those not withheld from them. Excluded, not
+    shown as placeholders, so no count, filter, search or sort depends on what they hide."""
+    answers = Answer.objects.all()
+    # Candidates from documents the reviewer may not view are not counted either (nor
+    # listed, see retrieved_sources_for_review): that they matched is itself a clue.
+    retrieved = Q()
+    if not user_may_review_all(user=reviewer):
+        answers = answers.exclude(answer_withheld_q(user=reviewer))
+        visible = document_list_visible(user=reviewer).values("pk")
+        retrieved = Q(question__retrieved_sources__document__in=visible)
+    return answers.select_related("question", "question__user").annotate(
+        retrieved_count=Count("question__retrieved_sources", filter=retrieved, distinct=True),
         cited_count=Count(
             "question__retrieved_sources__document",
             filter=Q(question__retrieved_sources__cited=True),
@@ -239,3 +304,17 @@ def answer_admin_queryset() -> QuerySet[Answer]:
         feedback_up=Count("feedback", filter=Q(feedback__rating="up"), distinct=True),
         feedback_down=Count("feedback", filter=Q(feedback__rating="down"), distinct=True),
     )
+
+
+def retrieved_sources_for_review(*, question_id: int, reviewer: AnyUser) -> list[RetrievedSource]:
+    """Every candidate of ``question_id`` with its fate, best first, as ``reviewer`` may see
+    them in the admin: without those from documents they may not view (a dropped one, say:
+    the asker could not view it either), unless they hold ``review_all_answers``."""
+    rows = (
+        RetrievedSource.objects.filter(question_id=question_id)
+        .select_related("document", "chunk")
+        .order_by("rank")
+    )
+    if not user_may_review_all(user=reviewer):
+        rows = rows.filter(document__in=document_list_visible(user=reviewer).values("pk"))
+    return list(rows)

@@ -317,6 +317,15 @@ def _settled_sync(answer_id: int, user: Any) -> pipeline.Event | None:
     return pipeline.DoneEvent(answer=selectors.answer_payload(answer=answer, user=user))
 
 
+def _withheld_sync(answer: Answer, user: Any) -> StreamEvent | None:
+    """The stored result of an answer withheld from ``user`` (selectors.answer_payload),
+    whatever its status; None when they may read it."""
+    if not selectors.answer_is_withheld(answer=answer, user=user):
+        return None
+    event = pipeline.DoneEvent(answer=selectors.answer_payload(answer=answer, user=user))
+    return StreamEvent(seq=None, type=event.type, data=event.as_dict())
+
+
 async def _settled(answer_id: int, user: Any) -> StreamEvent | None:
     """The stored outcome, when the database says the answer is over (None: still going)."""
     event = await sync_to_async(_settled_sync)(answer_id, user)
@@ -359,7 +368,13 @@ async def answer_stream_follow(
     """Every event of ``answer_id``'s stream after sequence number ``after``, live, ending
     with its ``done`` or ``error``. Only the answer's owner may follow it."""
     # Refused before subscribing.
-    stream = _stream_name(await sync_to_async(_answer_for_follower)(answer_id, user))
+    answer = await sync_to_async(_answer_for_follower)(answer_id, user)
+    withheld = await sync_to_async(_withheld_sync)(answer, user)
+    if withheld is not None:
+        # The log holds the text as it was streamed: the follower gets only the notice.
+        yield withheld
+        return
+    stream = _stream_name(answer)
     layer = _layer()
     channel = await layer.new_channel()
     await layer.group_add(_group(stream), channel)

@@ -44,6 +44,7 @@ class Reference:
             "url": self.url,
             "score": round(self.score, 4),
             "excerpt": self.excerpt,
+            "available": self.available,
         }
 
     @classmethod
@@ -57,6 +58,7 @@ class Reference:
             score=float(data["score"]),
             excerpt=str(data["excerpt"]),
             anchor=anchor,
+            available=bool(data.get("available", True)),
         )
 
 
@@ -71,6 +73,9 @@ class AnswerPayload:
     text: str
     html: str
     references: list[Reference] = field(default_factory=list)
+    # The viewer may no longer read a source it was written from: ``text``/``html`` are a
+    # notice (selectors.answer_payload).
+    withheld: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -81,4 +86,5 @@ class AnswerPayload:
             "text": self.text,
             "html": self.html,
             "references": [reference.as_dict() for reference in self.references],
+            "withheld": self.withheld,
         }

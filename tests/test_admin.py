@@ -439,3 +439,212 @@ def test_added_token_is_named_with_its_prefix(admin_client, asker):  # type: ign
     assert f"laptop ({token.prefix}…)" in added[0], "the success message tells the token apart"
     entry = LogEntry.objects.get(object_id=str(token.pk))
     assert entry.object_repr == str(token)
+
+
+# ------------------------------------------- reviewers and access (issue 14, point 3)
+
+VAULT_QUESTION = "Where does the Nightjar zeppelin launch from?"
+VAULT_SECRET = "hangar nine"  # quoted by the answer, only the vault memo has it
+VAULT_TITLES = ("Project Nightjar launch plan", "Nightjar zeppelin hangar safety")
+VAULT_FEEDBACK = "Nightjar feedback: check the mooring mast"
+REVIEWER_PERMISSIONS = (
+    "view_answer",
+    "change_answer",
+    "view_document",
+    "change_document",
+    "delete_document",
+    "view_feedback",
+)
+
+
+def _reviewer(
+    django_user_model, name: str, *, groups: tuple[str, ...] = (), review_all: bool = False
+):  # type: ignore[no-untyped-def]
+    from django.contrib.auth.models import Group, Permission
+
+    user = django_user_model.objects.create_user(username=name, password="pw", is_staff=True)
+    codenames = REVIEWER_PERMISSIONS + (("review_all_answers",) if review_all else ())
+    user.user_permissions.set(Permission.objects.filter(codename__in=codenames))
+    user.groups.set([Group.objects.get_or_create(name=g)[0] for g in groups])
+    return user
+
+
+@pytest.fixture
+def review_case(django_user_model, member, asker, other_asker):  # type: ignore[no-untyped-def]
+    """A vault member's answer quoting the vault memo (with feedback), a public answer,
+    and an outsider's answer whose vault candidates were dropped; three reviewers."""
+    vault = _answer(member, VAULT_QUESTION)
+    assert VAULT_SECRET in vault.final_text
+    services.feedback_record(answer=vault, user=member, rating="down", comment=VAULT_FEEDBACK)
+    public = _answer(asker, "What is a lambda expression?")
+    dropped = _answer(other_asker, "Nightjar zeppelin hangar lambda expression")
+    assert RetrievedSource.objects.filter(
+        question=dropped.question, dropped_reason=RetrievedSource.Dropped.NO_ACCESS
+    ).exists(), "the outsider's search found vault chunks and dropped them"
+    return {
+        "vault": vault,
+        "public": public,
+        "dropped": dropped,
+        "outsider": _reviewer(django_user_model, "outsider"),
+        "insider": _reviewer(django_user_model, "insider", groups=("vault",)),
+        "auditor": _reviewer(django_user_model, "auditor", review_all=True),
+    }
+
+
+def _as(client, user):  # type: ignore[no-untyped-def]
+    client.force_login(user)
+    return client
+
+
+def _assert_no_vault_words(html: str) -> None:
+    for word in (VAULT_SECRET, VAULT_FEEDBACK, *VAULT_TITLES):
+        assert word not in html, word
+
+
+def test_a_reviewer_outside_vault_lists_and_searches_only_what_they_may_read(client, review_case):  # type: ignore[no-untyped-def]
+    c = _as(client, review_case["outsider"])
+    html = c.get(reverse(CHANGELIST)).content.decode()
+    rows = _result_rows(html)
+    assert len(rows) == 2, "the public answer and the outsider's own-scope answer"
+    assert "2 answers" in html
+    assert VAULT_QUESTION not in html
+    _assert_no_vault_words(html)
+    # Search finds nothing by the withheld text, question or asker; filters and their
+    # counts see only the readable answers.
+    for term in (VAULT_SECRET, "launches", "Nightjar zeppelin launch", "member"):
+        html = c.get(reverse(CHANGELIST), {"q": term}).content.decode()
+        assert "0 results (" in html and "2 total" in html, term
+        assert VAULT_QUESTION not in html and VAULT_FEEDBACK not in html
+    facets = {"status__exact": "complete", "_facets": "1"}
+    html = c.get(reverse(CHANGELIST), facets).content.decode()
+    assert VAULT_QUESTION not in html
+    readable = Answer.objects.exclude(pk=review_case["vault"].pk)
+    assert f"Complete ({readable.filter(status='complete').count()})" in html
+
+
+@pytest.mark.parametrize("reviewer", ["insider", "auditor"])
+def test_a_permitted_reviewer_lists_searches_and_opens_every_answer(client, review_case, reviewer):  # type: ignore[no-untyped-def]
+    c = _as(client, review_case[reviewer])
+    html = c.get(reverse(CHANGELIST)).content.decode()
+    assert len(_result_rows(html)) == 3
+    assert VAULT_QUESTION in html
+    (row,) = _result_rows(c.get(reverse(CHANGELIST), {"q": VAULT_SECRET}).content.decode())
+    assert "member" in row
+    html = c.get(_change_url(review_case["vault"])).content.decode()
+    assert VAULT_SECRET in html and VAULT_FEEDBACK in html
+    assert all(title in html for title in VAULT_TITLES)
+
+
+def test_a_reviewer_outside_vault_cannot_open_or_review_a_withheld_answer(client, review_case):  # type: ignore[no-untyped-def]
+    c = _as(client, review_case["outsider"])
+    vault = review_case["vault"]
+    missing = reverse("admin:answers_answer_change", args=[Answer.objects.last().pk + 1000])  # type: ignore[union-attr]
+    for url in (
+        _change_url(vault),
+        reverse("admin:answers_answer_history", args=[vault.pk]),
+    ):
+        response = c.get(url, follow=True)
+        # Exactly as for an answer that does not exist.
+        assert response.redirect_chain == [(reverse("admin:index"), 302)], url
+        _assert_no_vault_words(response.content.decode())
+    assert c.get(missing).status_code == c.get(_change_url(vault)).status_code == 302
+    response = c.post(_change_url(vault), {"reviewed": "on", "review_note": "seen it"})
+    assert response.status_code == 302
+    vault.refresh_from_db()
+    assert (vault.reviewed, vault.review_note) == (False, "")
+
+
+def test_a_readable_answer_shows_a_reviewer_no_candidate_they_may_not_view(client, review_case):  # type: ignore[no-untyped-def]
+    """The outsider's answer is readable, but vault chunks matched its question and were
+    dropped: a reviewer outside vault sees neither them nor a trace of them (no row, no rank
+    gap, no count), since that they matched is itself a clue to the vault's words."""
+    dropped = review_case["dropped"]
+    stored = RetrievedSource.objects.filter(question=dropped.question)
+    viewable = stored.exclude(document__source_key__startswith="vault:").count()
+    assert viewable < stored.count()
+
+    def table_and_row(user):  # type: ignore[no-untyped-def]
+        c = _as(client, user)
+        html = c.get(_change_url(dropped)).content.decode()
+        assert "<th>Final [n]</th>" in html
+        table = html.split("<th>Final [n]</th>", 1)[1].split("</table>", 1)[0]
+        rows = re.findall(r"<tr>.*?</tr>", table, re.S)
+        listing = c.get(reverse(CHANGELIST), {"q": "hangar lambda"}).content.decode()
+        (row,) = _result_rows(listing)
+        return html, rows, row
+
+    html, rows, row = table_and_row(review_case["outsider"])
+    _assert_no_vault_words(html)
+    assert "The asking user may not view it" not in html
+    ranks = [re.findall(r"<td>(.*?)</td>", r, re.S)[0] for r in rows]
+    assert ranks == [str(n) for n in range(1, viewable + 1)]
+    assert f'class="field-retrieved">{viewable}<' in row
+
+    html, rows, row = table_and_row(review_case["insider"])
+    assert any(title in html for title in VAULT_TITLES)
+    assert "The asking user may not view it" in html
+    assert len(rows) == stored.count()
+    assert f'class="field-retrieved">{stored.count()}<' in row
+
+
+def test_a_reviewer_outside_vault_cannot_list_search_open_or_delete_vault_documents(
+    client, review_case
+):  # type: ignore[no-untyped-def]
+    documents = reverse("admin:answers_document_changelist")
+    vault_document = Document.objects.get(title=VAULT_TITLES[0])
+    c = _as(client, review_case["outsider"])
+    html = c.get(documents).content.decode()
+    assert ">lambda<" in html
+    _assert_no_vault_words(html)
+    for term in ("Nightjar", "vault:"):
+        html = c.get(documents, {"q": term}).content.decode()
+        assert "0 results (" in html, term
+        assert all(title not in html for title in VAULT_TITLES), term
+    vault_group = vault_document.groups.get()
+    html = c.get(documents, {"groups__id__exact": vault_group.pk}).content.decode()
+    assert "0 documents" in html
+    _assert_no_vault_words(html)
+    change = reverse("admin:answers_document_change", args=[vault_document.pk])
+    assert c.get(change, follow=True).redirect_chain == [(reverse("admin:index"), 302)]
+    response = c.post(
+        documents,
+        {"action": "delete_selected", "_selected_action": [vault_document.pk], "post": "yes"},
+    )
+    assert response.status_code in (200, 302)
+    assert Document.objects.filter(pk=vault_document.pk).exists()
+
+    for reviewer in ("insider", "auditor"):
+        c = _as(client, review_case[reviewer])
+        assert VAULT_TITLES[0] in c.get(documents, {"q": "Nightjar"}).content.decode()
+        assert c.get(change).status_code == 200
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_live_admin_withholds_vault_answers_from_a_reviewer_outside_vault(
+    daphne_live_server, review_case
+):  # type: ignore[no-untyped-def]
+    """The same rule through the running app (daphne, real HTTP, a real session)."""
+    import httpx
+    from django.test import Client
+
+    def admin_session(user):  # type: ignore[no-untyped-def]
+        browser = Client()
+        browser.force_login(user)
+        cookies = {"sessionid": browser.cookies["sessionid"].value}
+        return httpx.Client(base_url=daphne_live_server.url, cookies=cookies, timeout=20.0)
+
+    vault = review_case["vault"]
+    with admin_session(review_case["outsider"]) as http:
+        listing = http.get(reverse(CHANGELIST))
+        assert listing.status_code == 200 and "2 answers" in listing.text
+        assert VAULT_QUESTION not in listing.text
+        _assert_no_vault_words(listing.text)
+        found = http.get(reverse(CHANGELIST), params={"q": VAULT_SECRET})
+        assert "0 results (" in found.text and VAULT_QUESTION not in found.text
+        change = http.get(_change_url(vault))
+        assert change.status_code == 302 and change.headers["location"] == reverse("admin:index")
+        documents = http.get(reverse("admin:answers_document_changelist"), params={"q": "Night"})
+        assert all(title not in documents.text for title in VAULT_TITLES)
+    with admin_session(review_case["insider"]) as http:
+        change = http.get(_change_url(vault))
+        assert change.status_code == 200 and VAULT_SECRET in change.text

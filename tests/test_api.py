@@ -19,8 +19,11 @@ pytestmark = pytest.mark.django_db
 LAMBDA = "What is a lambda expression?"
 EXCEPTIONS = "How do exceptions and the try statement work?"
 NIGHTJAR = "What is the Nightjar zeppelin launch plan?"
-ANSWER_KEYS = {"answer_id", "conversation_id", "turn", "status", "text", "html", "references"}
-REFERENCE_KEYS = {"index", "document_id", "title", "url", "score", "excerpt"}
+ANSWER_KEYS = {
+    *("answer_id", "conversation_id", "turn", "status", "text", "html", "references"),
+    "withheld",
+}
+REFERENCE_KEYS = {"index", "document_id", "title", "url", "score", "excerpt", "available"}
 
 
 def bearer(user, name: str = "test") -> dict[str, str]:  # type: ignore[no-untyped-def]
@@ -59,7 +62,7 @@ def test_bearer_token_ask_returns_the_documented_body(client, asker):
     assert response.status_code == 200, response.content
     body = response.json()
     assert set(body) == ANSWER_KEYS
-    assert body["status"] == "complete"
+    assert body["status"] == "complete" and body["withheld"] is False
     assert body["turn"] == 1
     uuid.UUID(body["conversation_id"])
     references = body["references"]

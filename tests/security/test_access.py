@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from answers import pipeline, selectors, services
 from answers.citations import iter_markers
-from answers.models import Answer, Document, Feedback, Question
+from answers.models import Answer, Document, Feedback, Question, RetrievedSource
 from answers.panels import FINAL, PROVISIONAL, render_sources_panel
 from tests.security.support import bearer, post_json, receive_until_final, scoped_socket
 
@@ -201,6 +201,29 @@ def test_every_surface_shows_only_documents_the_user_may_view(
             }
             assert shown <= visible, phase
             assert all(word not in page for word in hidden), phase
+
+        # Withheld (issue 14): exactly the answers written from a document the viewer may
+        # not view now, for their owner and for any reviewer in the admin alike.
+        visible_now = [
+            {
+                d.pk
+                for d, r in zip(documents, restrictions, strict=True)
+                if may_view(r, member_of, superuser)
+            }
+            for member_of, superuser in matrix.users
+        ]
+        for (owner, answer_id, _), owner_visible in zip(stored, visible_now, strict=True):
+            prompt_docs = {d.pk for d in documents} & set(
+                RetrievedSource.objects.filter(
+                    question__answer=answer_id, prompt_number__isnull=False
+                ).values_list("document_id", flat=True)
+            )
+            payload = selectors.answer_payload(answer=Answer.objects.get(pk=answer_id), user=owner)
+            assert payload.withheld == bool(prompt_docs - owner_visible), phase
+            assert (payload.text == selectors.WITHHELD_MESSAGE) == payload.withheld, phase
+            for reviewer, reviewer_visible in zip(users, visible_now, strict=True):
+                listed = selectors.answer_admin_queryset(reviewer=reviewer).filter(pk=answer_id)
+                assert listed.exists() == (prompt_docs <= reviewer_visible), phase
 
 
 # --- (12) someone else's answers and conversations -------------------------------------

@@ -1,0 +1,169 @@
+"""Issue 14 (4): a stored answer written from a source its viewer can no longer see is
+withheld everywhere (API, page, SSE resume, WebSocket resume and stored done) and never
+enters a prompt again."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from asgiref.sync import async_to_sync, sync_to_async
+from bs4 import BeautifulSoup
+from django.contrib.auth.models import Group
+from django.core.cache import cache
+
+from answers import pipeline, services
+from answers.models import Answer
+from tests.llm_server import FakeLLM
+from tests.security.support import receive_until_final, scoped_socket
+from tests.test_sse import SSE, iter_events
+
+QUESTION = "Where does the Nightjar zeppelin launch from?"
+# Words only the vault memo has: the extractive provider quotes them in its answer.
+SECRET = "hangar nine"
+VAULT_TITLES = ("Project Nightjar launch plan", "Nightjar zeppelin hangar safety")
+# answers.selectors.WITHHELD_MESSAGE (spelled out: the test must also run without the fix).
+WITHHELD_MESSAGE = "This answer is withheld: it draws on a source you can no longer access."
+
+ask = async_to_sync(pipeline.answer_question)
+
+
+def _leave_vault(user: Any) -> None:
+    user.groups.remove(Group.objects.get(name="vault"))
+
+
+def _assert_withheld(body: dict[str, Any]) -> None:
+    blob = json.dumps(body)
+    assert SECRET not in blob
+    assert all(title not in blob for title in VAULT_TITLES)
+    assert body["withheld"] is True
+    assert body["text"] == WITHHELD_MESSAGE
+    assert WITHHELD_MESSAGE in body["html"]
+    assert body["references"], "the sources keep their numbers"
+    assert all(reference["available"] is False for reference in body["references"])
+
+
+@pytest.mark.django_db
+def test_a_revoked_answer_is_withheld_from_the_api_and_the_page(client, member):  # type: ignore[no-untyped-def]
+    done = ask(user=member, question=QUESTION)
+    assert isinstance(done, pipeline.DoneEvent)
+    answer_id = done.answer.answer_id
+    _, raw = services.api_token_create(user=member, name="t")
+    headers = {"Authorization": f"Bearer {raw}"}
+    before = client.get(f"/api/answers/{answer_id}", headers=headers).json()
+    assert SECRET in before["text"] and before["withheld"] is False  # not vacuous
+
+    _leave_vault(member)
+
+    response = client.get(f"/api/answers/{answer_id}", headers=headers)
+    assert response.status_code == 200
+    _assert_withheld(response.json())
+
+    client.force_login(member)
+    page = client.get(f"/answers/{answer_id}/").content.decode()
+    assert SECRET not in page
+    assert all(title not in page for title in VAULT_TITLES)
+    assert WITHHELD_MESSAGE in BeautifulSoup(page, "html.parser").select_one("[data-answer]").text
+    # The question is the asker's own words: still shown to them (README "Access").
+    assert QUESTION in page
+
+
+@pytest.fixture
+def http(daphne_live_server) -> Iterator[httpx.Client]:  # type: ignore[no-untyped-def]
+    with httpx.Client(base_url=daphne_live_server.url, timeout=20.0) as client:
+        yield client
+
+
+def test_a_revoked_answer_is_withheld_from_an_sse_resume(http, member):  # type: ignore[no-untyped-def]
+    _, raw = services.api_token_create(user=member, name="t")
+    headers = {"Authorization": f"Bearer {raw}"}
+    with http.stream(
+        "POST", "/api/answers", json={"question": QUESTION}, headers={**SSE, **headers}
+    ) as response:
+        asked = list(iter_events(response))
+    assert asked[-1].event == "done" and SECRET in asked[-1].data["text"]  # not vacuous
+    answer_id = asked[0].data["answer_id"]
+
+    _leave_vault(member)
+
+    # The live server still holds the answer's event log (tokens and all): resuming from
+    # the start must not replay it.
+    with http.stream("GET", f"/api/answers/{answer_id}/events", headers=headers) as response:
+        assert response.status_code == 200
+        resumed = list(iter_events(response))
+    assert [(e.event, e.id) for e in resumed] == [("done", None)]
+    _assert_withheld(resumed[0].data)
+    stored = http.get(f"/api/answers/{answer_id}", headers=headers).json()
+    _assert_withheld(stored)
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_revoked_answer_is_withheld_from_a_socket_resume_and_stored_done(corpus, member):  # type: ignore[no-untyped-def]
+    comm = scoped_socket(member)
+    assert (await comm.connect())[0]
+    await comm.send_json_to({"type": "ask", "question": QUESTION})
+    asked = await receive_until_final(comm)
+    await comm.disconnect()
+    assert asked[-1]["type"] == "done" and SECRET in asked[-1]["text"]  # not vacuous
+    answer_id = asked[0]["answer_id"]
+
+    await sync_to_async(_leave_vault)(member)
+
+    for log in ("kept", "expired"):
+        if log == "expired":
+            await sync_to_async(cache.clear)()  # the stored done, from the database
+        comm = scoped_socket(member)
+        assert (await comm.connect())[0]
+        await comm.send_json_to({"type": "resume", "answer_id": answer_id, "after": 0})
+        messages = await receive_until_final(comm)
+        await comm.disconnect()
+        assert [m["type"] for m in messages] == ["done"], log
+        (done,) = messages
+        panel = done.pop("sources_html")
+        assert SECRET not in panel and all(title not in panel for title in VAULT_TITLES)
+        assert "Source no longer available" in panel
+        _assert_withheld(done)
+
+
+@pytest.fixture
+def fake_llm(settings):  # type: ignore[no-untyped-def]
+    """A real local OpenAI-protocol server: what it receives is what a model would read."""
+    server = FakeLLM()
+    deltas = ["The Nightjar zeppelin launches from ", "hangar nine [1]."]
+    server.behaviours = [{"kind": "ok", "deltas": deltas}]
+    settings.ANSWERS = {
+        **settings.ANSWERS,
+        "PROVIDER": "openai",
+        "MODEL": "local-test",
+        "OPENAI_BASE_URL": server.base_url,
+        "OPENAI_API_KEY": "test-key",
+    }
+    yield server
+    server.close()
+
+
+def _prompt_text(request: dict[str, Any]) -> str:
+    return "\n".join(message["content"] for message in request["messages"])
+
+
+@pytest.mark.django_db
+def test_a_withheld_answer_never_enters_a_prompt_again(member, fake_llm):  # type: ignore[no-untyped-def]
+    first = ask(user=member, question=QUESTION)
+    assert isinstance(first, pipeline.DoneEvent) and SECRET in first.answer.text
+    conversation = first.answer.conversation_id
+
+    follow_up = "And who approves its budget?"
+    ask(user=member, question=follow_up, conversation_id=conversation)
+    assert SECRET in _prompt_text(fake_llm.requests[-1]), "history is sent while visible"
+
+    _leave_vault(member)
+    ask(user=member, question="What is a lambda expression?", conversation_id=conversation)
+    prompt = _prompt_text(fake_llm.requests[-1])
+    assert SECRET not in prompt
+    assert all(title not in prompt for title in VAULT_TITLES)
+    # The withheld turns leave the history whole, questions included.
+    assert QUESTION not in prompt and follow_up not in prompt
+    assert Answer.objects.filter(question__conversation_id=conversation).count() == 3
