@@ -426,9 +426,19 @@ def _place(
 
 def iter_markers(text: str) -> Iterator[Marker]:
     """Yield every citation marker in the prose of ``text``, in order."""
+    global _LAST
     if _MARKER.search(text) is None:
         return iter(())  # nothing marker-shaped: no need to parse
-    return iter(_analyze(text).markers)
+    last_text, last_markers = _LAST
+    if last_text is not text:
+        # strip returns its input itself when it changes nothing, so finalize right after
+        # it finds that same object here and is spared a second parse.
+        last_markers = _analyze(text).markers
+        _LAST = (text, last_markers)
+    return iter(last_markers)
+
+
+_LAST: tuple[str | None, list[Marker]] = (None, [])
 
 
 def format_marker(numbers: Sequence[int]) -> str:
@@ -648,7 +658,7 @@ _INITIAL_PARSE_BUDGET = 4000
 # A parse that settled nothing new, with more than _STALL_MIN characters held, waits
 # until the held text has grown this many times over (or a line ends): an unresolvable
 # "[x](" or backtick is not parsed again and again while it cannot resolve.
-_STALL_GROWTH = 4
+_STALL_GROWTH = 8
 _STALL_MIN = 64
 _PLAIN_DELTA = re.compile(r"[^\n\r`\[\]<\\|\uff3b\u3010]*")
 # A line start that no later character can turn into a fence, a table row or another

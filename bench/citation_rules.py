@@ -67,6 +67,8 @@ def generate_answer(size: int, sources: int, *, seed: int = 0) -> str:
 
 
 def _rules(text: str, sources: list[int]) -> str:
+    # A fresh string each call, as each answer is: the rules remember only the last text.
+    text = text[:1] + text[1:]
     stripped = strip_out_of_range_markers(text, len(sources))
     return finalize_citations(stripped, sources).text
 
