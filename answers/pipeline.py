@@ -188,6 +188,11 @@ def clean_question(text: object) -> str:
         raise QuestionInvalid(f"question must be at most {limit} characters")
     if "\x00" in cleaned:
         raise QuestionInvalid("question must not contain NUL characters")
+    try:
+        # JSON can carry a lone surrogate ("\\ud800"); it is no text and no database stores it.
+        cleaned.encode("utf-8")
+    except UnicodeEncodeError:
+        raise QuestionInvalid("question must be valid Unicode text") from None
     return cleaned
 
 
