@@ -395,15 +395,18 @@ def _prepare(*, user: User, question: str, conversation_id: uuid.UUID | None) ->
     )
     retrieval_ms = _ms_since(started)
     provider = get_provider()
-    created = services.question_create(
-        user=user,
-        conversation=conversation,
-        text=question,
-        candidates=candidates,
-        provider=provider.name,
-        model=provider.model,
-        retrieval_ms=retrieval_ms,
-    )
+    try:
+        created = services.question_create(
+            user=user,
+            conversation=conversation,
+            text=question,
+            candidates=candidates,
+            provider=provider.name,
+            model=provider.model,
+            retrieval_ms=retrieval_ms,
+        )
+    except services.LimitExceeded as exc:  # the check that holds (the one above may race)
+        raise TooManyRequests(str(exc)) from None
     prompt = Prompt(
         question=question,
         sources=tuple(source.as_prompt_source() for source in sources),

@@ -13,6 +13,8 @@ from typing import Any
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from answers.conf import settings_from_environment
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 
@@ -239,12 +241,5 @@ LOGGING = {
 }
 
 # App settings: every key is optional; defaults and meaning are in answers/conf.py and README.
-ANSWERS: dict[str, object] = {}
-if os.environ.get("ANSWERS_PROVIDER"):
-    ANSWERS["PROVIDER"] = os.environ["ANSWERS_PROVIDER"]
-if os.environ.get("ANSWERS_MODEL"):
-    ANSWERS["MODEL"] = os.environ["ANSWERS_MODEL"]
-if os.environ.get("ANSWERS_STREAM_COALESCE_MS"):
-    ANSWERS["STREAM_COALESCE_MS"] = int(os.environ["ANSWERS_STREAM_COALESCE_MS"])
-if os.environ.get("ANSWERS_EXTRACTIVE_DELAY"):
-    ANSWERS["EXTRACTIVE_DELAY"] = float(os.environ["ANSWERS_EXTRACTIVE_DELAY"])
+# The environment sets the keys answers.conf.ENVIRONMENT_KEYS names, as ANSWERS_<KEY>.
+ANSWERS: dict[str, object] = dict(settings_from_environment(os.environ))
