@@ -19,7 +19,8 @@ from urllib.parse import urlsplit
 
 from channels.security.websocket import WebsocketDenier
 from django.conf import settings
-from django.http.request import is_same_domain, split_domain_port, validate_host
+from django.http.request import split_domain_port, validate_host
+from django.utils.http import is_same_domain
 
 
 def _headers(scope: dict[str, Any]) -> dict[str, list[str]]:
