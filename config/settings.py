@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import secrets
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +69,7 @@ INSTALLED_APPS = [
     "channels",
     "ninja",  # serves the API docs' assets locally, so they run under the CSP
     "template_partials",
+    "axes",  # login throttling; its admin lists attempts and lockouts
     "answers",
 ]
 
@@ -81,7 +83,27 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last, as django-axes asks: it turns a locked-out login into the lockout page.
+    "axes.middleware.AxesMiddleware",
 ]
+
+# Logins (the login page and the admin's) are throttled by django-axes: after
+# DJANGO_LOGIN_FAILURE_LIMIT wrong passwords for one username from one address, that
+# username is refused from that address, right password or not, for
+# DJANGO_LOGIN_COOLOFF_MINUTES. A successful login clears the count. Keyed by username
+# and address together, so an attacker can neither lock everyone out of an account from
+# elsewhere nor spray one password over many accounts from one address unnoticed.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",  # first: a locked-out login is refused early
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = int(os.environ.get("DJANGO_LOGIN_FAILURE_LIMIT", "5"))
+AXES_COOLOFF_TIME = timedelta(minutes=float(os.environ.get("DJANGO_LOGIN_COOLOFF_MINUTES", "15")))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_CLIENT_IP_CALLABLE = "config.auth.login_client_ip"
+AXES_LOCKOUT_CALLABLE = "config.auth.login_locked_out"
+AXES_HTTP_RESPONSE_CODE = 429
 
 ROOT_URLCONF = "config.urls"
 
