@@ -12,9 +12,9 @@ from django.shortcuts import render
 
 
 def login_client_ip(request: HttpRequest) -> str | None:
-    """The address daphne saw. Behind a proxy, daphne's ``--proxy-headers`` puts the
-    proxy's X-Forwarded-For here (README "Deployment"); a header the client sends itself is
-    never read, so a lockout cannot be dodged by making up addresses."""
+    """The address daphne saw, not a header read here (django-ipware, if installed, would
+    believe any X-Forwarded-For). Behind a proxy, daphne's ``--proxy-headers`` puts the
+    proxy's X-Forwarded-For here; README "Security" says how the proxy must set it."""
     return request.META.get("REMOTE_ADDR")
 
 
