@@ -91,8 +91,8 @@ MIDDLEWARE = [
 # DJANGO_LOGIN_FAILURE_LIMIT wrong passwords for one username from one address, that
 # username is refused from that address, right password or not, for
 # DJANGO_LOGIN_COOLOFF_MINUTES. A successful login clears the count. Keyed by username
-# and address together, so an attacker can neither lock everyone out of an account from
-# elsewhere nor spray one password over many accounts from one address unnoticed.
+# and address together, so nobody can lock a user out from elsewhere; the price is that a
+# few guesses at each of many usernames from one address are not throttled.
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",  # first: a locked-out login is refused early
     "django.contrib.auth.backends.ModelBackend",
