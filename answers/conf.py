@@ -7,9 +7,11 @@ below; the cache is dropped on ``setting_changed`` so ``override_settings`` work
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.db import connection
 from django.dispatch import receiver
@@ -78,6 +80,35 @@ DEFAULTS: dict[str, Any] = {
     # message the channel layer dropped, or a generating process that died).
     "STREAM_POLL_INTERVAL": 2.0,
 }
+
+# Keys a project can take from the environment as ``ANSWERS_<KEY>`` (config/settings.py
+# does, README "Configuration"): the value is converted to the type of the key's default,
+# and answers.checks checks it like any other.
+ENVIRONMENT_KEYS = (
+    "PROVIDER",
+    "MODEL",
+    "EXTRACTIVE_DELAY",
+    "STREAM_COALESCE_MS",
+    "MAX_CONCURRENT_STREAMS",
+    "QUESTIONS_PER_MINUTE",
+)
+
+
+def settings_from_environment(environ: Mapping[str, str]) -> dict[str, Any]:
+    """The ``ANSWERS`` keys that ``environ`` sets (empty variables set nothing)."""
+    found: dict[str, Any] = {}
+    for key in ENVIRONMENT_KEYS:
+        raw = environ.get(f"ANSWERS_{key}", "")
+        if not raw:
+            continue
+        kind = type(DEFAULTS[key])
+        try:
+            found[key] = kind(raw)
+        except ValueError:
+            wanted = "an integer" if kind is int else "a number"
+            raise ImproperlyConfigured(f"ANSWERS_{key} must be {wanted}, not {raw!r}.") from None
+    return found
+
 
 _SEARCH_BACKENDS = {
     "sqlite": "answers.search.sqlite_fts5.SQLiteFTS5Backend",

@@ -73,7 +73,9 @@ class AnswerConsumer(AsyncJsonWebsocketConsumer):
             return
         try:
             content = json.loads(text_data)
-        except ValueError:
+        except (ValueError, RecursionError):
+            # RecursionError: a small frame of deeply nested arrays (``[[[[...]]]]``)
+            # exhausts the parser's stack; it is a bad frame like any other.
             await self._error("The message is not valid JSON.", "bad_message")
             return
         if not isinstance(content, dict):
@@ -164,6 +166,11 @@ class AnswerConsumer(AsyncJsonWebsocketConsumer):
             events = await streams.answer_stream_ask(run=run)
         except pipeline.AskRefused as exc:
             await self._error(exc.message, exc.code, last=True)
+            return
+        except Exception:
+            # A bug must still end the ask with a reply, not leave the client waiting.
+            logger.exception("Starting an answer failed")
+            await self._error(pipeline.GENERIC_ERROR, "failed", last=True)
             return
         # Only now may "stop" go to the answer: before, the generation was not listening.
         self.answer_id = run.answer.pk

@@ -188,6 +188,11 @@ def clean_question(text: object) -> str:
         raise QuestionInvalid(f"question must be at most {limit} characters")
     if "\x00" in cleaned:
         raise QuestionInvalid("question must not contain NUL characters")
+    try:
+        # JSON can carry a lone surrogate ("\\ud800"); it is no text and no database stores it.
+        cleaned.encode("utf-8")
+    except UnicodeEncodeError:
+        raise QuestionInvalid("question must be valid Unicode text") from None
     return cleaned
 
 
@@ -387,15 +392,18 @@ def _prepare(*, user: User, question: str, conversation_id: uuid.UUID | None) ->
     )
     retrieval_ms = _ms_since(started)
     provider = get_provider()
-    created = services.question_create(
-        user=user,
-        conversation=conversation,
-        text=question,
-        candidates=candidates,
-        provider=provider.name,
-        model=provider.model,
-        retrieval_ms=retrieval_ms,
-    )
+    try:
+        created = services.question_create(
+            user=user,
+            conversation=conversation,
+            text=question,
+            candidates=candidates,
+            provider=provider.name,
+            model=provider.model,
+            retrieval_ms=retrieval_ms,
+        )
+    except services.LimitExceeded as exc:  # the check that holds (the one above may race)
+        raise TooManyRequests(str(exc)) from None
     prompt = Prompt(
         question=question,
         sources=tuple(source.as_prompt_source() for source in sources),

@@ -10,7 +10,7 @@ from datetime import timedelta
 
 from django.contrib.auth.models import Group, User
 from django.db import IntegrityError, transaction
-from django.db.models import Case, IntegerField, Max, Value, When
+from django.db.models import Case, F, IntegerField, Max, Value, When
 from django.utils import timezone
 
 from .citations import FinalizedCitations, finalize_citations, strip_out_of_range_markers
@@ -43,8 +43,26 @@ class LimitExceeded(Exception):
     """A per-user abuse limit; the message is safe to show the user."""
 
 
+def _asker_lock(*, user: User) -> None:
+    """Serialize this user's question claims until the enclosing transaction ends.
+
+    Why an UPDATE (of a column to itself) and not SELECT ... FOR UPDATE: it is one statement
+    that takes the lock the check-then-insert needs on both databases. On PostgreSQL it
+    row-locks the user (other users' asks do not wait), so a second ask by the same user
+    blocks here until the first commits, and then, under READ COMMITTED, counts the first's
+    rows. On SQLite, where FOR UPDATE does not exist, a write is what takes the database's
+    write lock (whatever the project's transaction_mode; ours is IMMEDIATE, which takes it at
+    BEGIN already), and that lock is held to COMMIT, so claims run one after another.
+    """
+    User.objects.filter(pk=user.pk).update(last_login=F("last_login"))
+
+
 def question_check_limits(*, user: User) -> None:
-    """Per-user limits, counted in the database so every process agrees."""
+    """Per-user limits, counted in the database so every process agrees.
+
+    On its own this is only an early, cheap refusal: two asks can both pass it. The check
+    that holds is the one ``question_create`` repeats under the asker's lock.
+    """
     now = timezone.now()
     recent = Question.objects.filter(user=user, created_at__gte=now - timedelta(minutes=1))
     per_minute = int(answers_settings.QUESTIONS_PER_MINUTE)
@@ -79,13 +97,21 @@ def question_create(
     model: str,
     retrieval_ms: int,
 ) -> CreatedQuestion:
-    """Store the question, its streaming answer and every candidate with its fate."""
+    """Store the question, its streaming answer and every candidate with its fate.
+
+    The per-user limits are checked again here, in the same transaction and under the
+    asker's lock, so checking and claiming a slot is one step: parallel asks cannot all
+    pass the check before any of them is stored. Raises ``LimitExceeded``.
+    """
     for attempt in range(TURN_ATTEMPTS):
         # From the argument again: a conversation a failed attempt created was rolled back.
         current = conversation
         turn = 1
         try:
             with transaction.atomic():
+                # First the asker, then the conversation: every writer locks in this order.
+                _asker_lock(user=user)
+                question_check_limits(user=user)
                 if current is None:
                     current = Conversation.objects.create(owner=user)
                 else:

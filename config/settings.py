@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import os
 import secrets
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
+
+from answers.conf import settings_from_environment
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -66,6 +69,7 @@ INSTALLED_APPS = [
     "channels",
     "ninja",  # serves the API docs' assets locally, so they run under the CSP
     "template_partials",
+    "axes",  # login throttling; its admin lists attempts and lockouts
     "answers",
 ]
 
@@ -79,7 +83,27 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last, as django-axes asks: it turns a locked-out login into the lockout page.
+    "axes.middleware.AxesMiddleware",
 ]
+
+# Logins (the login page and the admin's) are throttled by django-axes: after
+# DJANGO_LOGIN_FAILURE_LIMIT wrong passwords for one username from one address, that
+# username is refused from that address, right password or not, for
+# DJANGO_LOGIN_COOLOFF_MINUTES. A successful login clears the count. Keyed by username
+# and address together, so nobody can lock a user out from elsewhere; the price is that a
+# few guesses at each of many usernames from one address are not throttled.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",  # first: a locked-out login is refused early
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = int(os.environ.get("DJANGO_LOGIN_FAILURE_LIMIT", "5"))
+AXES_COOLOFF_TIME = timedelta(minutes=float(os.environ.get("DJANGO_LOGIN_COOLOFF_MINUTES", "15")))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_CLIENT_IP_CALLABLE = "config.auth.login_client_ip"
+AXES_LOCKOUT_CALLABLE = "config.auth.login_locked_out"
+AXES_HTTP_RESPONSE_CODE = 429
 
 ROOT_URLCONF = "config.urls"
 
@@ -239,12 +263,5 @@ LOGGING = {
 }
 
 # App settings: every key is optional; defaults and meaning are in answers/conf.py and README.
-ANSWERS: dict[str, object] = {}
-if os.environ.get("ANSWERS_PROVIDER"):
-    ANSWERS["PROVIDER"] = os.environ["ANSWERS_PROVIDER"]
-if os.environ.get("ANSWERS_MODEL"):
-    ANSWERS["MODEL"] = os.environ["ANSWERS_MODEL"]
-if os.environ.get("ANSWERS_STREAM_COALESCE_MS"):
-    ANSWERS["STREAM_COALESCE_MS"] = int(os.environ["ANSWERS_STREAM_COALESCE_MS"])
-if os.environ.get("ANSWERS_EXTRACTIVE_DELAY"):
-    ANSWERS["EXTRACTIVE_DELAY"] = float(os.environ["ANSWERS_EXTRACTIVE_DELAY"])
+# The environment sets the keys answers.conf.ENVIRONMENT_KEYS names, as ANSWERS_<KEY>.
+ANSWERS: dict[str, object] = dict(settings_from_environment(os.environ))

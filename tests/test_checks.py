@@ -89,3 +89,27 @@ def test_a_small_local_memory_stream_cache_is_warned_about(settings):
         }
     }
     assert ids({}, settings) == []
+
+
+def test_the_environment_sets_the_limits_with_their_types_and_bounds(settings):
+    from django.core.exceptions import ImproperlyConfigured
+
+    from answers.conf import settings_from_environment
+
+    environ = {
+        "ANSWERS_MAX_CONCURRENT_STREAMS": "3",
+        "ANSWERS_QUESTIONS_PER_MINUTE": "7",
+        "ANSWERS_EXTRACTIVE_DELAY": "0.5",
+        "ANSWERS_MODEL": "",  # empty sets nothing
+    }
+    assert settings_from_environment(environ) == {
+        "MAX_CONCURRENT_STREAMS": 3,
+        "QUESTIONS_PER_MINUTE": 7,
+        "EXTRACTIVE_DELAY": 0.5,
+    }
+    with pytest.raises(ImproperlyConfigured, match="ANSWERS_QUESTIONS_PER_MINUTE must be an"):
+        settings_from_environment({"ANSWERS_QUESTIONS_PER_MINUTE": "lots"})
+    # In range is the system check's job, as for a value in settings.
+    assert ids(settings_from_environment({"ANSWERS_QUESTIONS_PER_MINUTE": "0"}), settings) == [
+        "answers.E004"
+    ]

@@ -5,10 +5,11 @@ import re
 from pathlib import Path
 
 import pytest
-from django.contrib.auth import authenticate, get_user_model
+from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.test import Client
 
 from answers import selectors, services
 from answers.conf import answers_settings
@@ -328,8 +329,11 @@ def test_bootstrap_loads_the_corpus_and_creates_a_working_login() -> None:
     password = re.search(r"password: (\S+)", stdout)
     assert username is not None and password is not None
     assert username.group(1) == "admin"
-    user = authenticate(username="admin", password=password.group(1))
-    assert user is not None
+    # Through the login page (login throttling needs a request: tests/security).
+    client = Client()
+    response = client.post("/accounts/login/", {"username": "admin", "password": password.group(1)})
+    assert response.status_code == 302
+    user = get_user_model().objects.get(pk=client.session["_auth_user_id"])
     assert user.is_staff and user.is_superuser
 
     stdout, _ = run("bootstrap")

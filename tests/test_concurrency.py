@@ -254,6 +254,17 @@ def test_two_processes_ingesting_two_versions_keep_one_whole_version(tmp_path: P
 # ------------------------------------------------------------------------- answering
 
 
+@pytest.fixture
+def unlimited(settings):  # type: ignore[no-untyped-def]
+    """These answers stay ``streaming`` and come many a minute: the per-user limits, which
+    question_create enforces (tests/test_limits.py), are not what is tested here."""
+    settings.ANSWERS = {
+        **settings.ANSWERS,
+        "MAX_CONCURRENT_STREAMS": 1000,
+        "QUESTIONS_PER_MINUTE": 100_000,
+    }
+
+
 def _ask(user: User, conversation: Conversation | None, text: str) -> Question:
     created = services.question_create(
         user=user,
@@ -267,7 +278,9 @@ def _ask(user: User, conversation: Conversation | None, text: str) -> Question:
     return created.question
 
 
-def test_concurrent_questions_in_one_conversation_take_consecutive_turns(asker: User) -> None:
+def test_concurrent_questions_in_one_conversation_take_consecutive_turns(
+    asker: User, unlimited: None
+) -> None:
     conversation = _ask(asker, None, "first").conversation
     threads, rounds = 4, 5
 
@@ -288,7 +301,7 @@ def test_concurrent_questions_in_one_conversation_take_consecutive_turns(asker: 
     assert answers.filter(status=Answer.Status.STREAMING).count() == len(stored)
 
 
-def test_concurrent_first_feedback_ends_as_one_row(asker: User) -> None:
+def test_concurrent_first_feedback_ends_as_one_row(asker: User, unlimited: None) -> None:
     answers = [_ask(asker, None, f"question {n}").answer for n in range(5)]
     threads = 4
     given = {(("up", "down")[i % 2], f"from thread {i}") for i in range(threads)}

@@ -69,3 +69,156 @@ def test_prompt_injection_in_a_question_cannot_widen_access(asker, scripted):
     prompt = scripted.prompts[-1]
     assert prompt.sources and all(source.title not in RESTRICTED for source in prompt.sources)
     assert "hangar nine" not in "\n".join(m["content"] for m in prompt.messages())
+
+
+# --- the limits hold against parallel requests, on a live server ------------------------
+# Real concurrent clients (threads of httpx, tasks of websockets) against daphne
+# (tests/live.py) on the test database: the check and the claim are one step, so parallel
+# asks by one user cannot all pass the check before any of them is stored.
+
+PARALLEL_STREAMS = 10
+PARALLEL_JSON = 15
+MINUTE_LIMIT = 5
+
+
+@pytest.fixture(scope="module")
+def _minute_capped_server_process(django_db_setup):  # type: ignore[no-untyped-def]
+    """A server whose only binding limit is the per-minute one, set by environment."""
+    from django.db import connections
+
+    from tests.live import run_live_server
+
+    env = {
+        "ANSWERS_QUESTIONS_PER_MINUTE": str(MINUTE_LIMIT),
+        "ANSWERS_MAX_CONCURRENT_STREAMS": "1000",
+    }
+    with run_live_server(connections["default"].settings_dict, env=env) as server:
+        yield server
+
+
+@pytest.fixture
+def minute_capped_server(_minute_capped_server_process, corpus):  # type: ignore[no-untyped-def]
+    server = _minute_capped_server_process
+    server.check_alive()
+    start = server.log_size()
+    yield server
+    print(f"--- minute-capped live server log ---\n{server.log_since(start)}")
+
+
+def _token(user) -> str:  # type: ignore[no-untyped-def]
+    return f"Bearer {services.api_token_create(user=user, name='parallel')[1]}"
+
+
+def _in_parallel(count: int, ask) -> list:  # type: ignore[no-untyped-def]
+    """``ask(i)`` in ``count`` threads released at the same moment; their results."""
+    from concurrent.futures import ThreadPoolExecutor
+    from threading import Barrier
+
+    barrier = Barrier(count)
+
+    def released(i: int):  # type: ignore[no-untyped-def]
+        barrier.wait(timeout=30)
+        return ask(i)
+
+    with ThreadPoolExecutor(max_workers=count) as pool:
+        return list(pool.map(released, range(count)))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_parallel_sse_asks_get_at_most_the_concurrent_streams(slow_live_server, asker):
+    import time
+
+    import httpx
+
+    from answers.conf import answers_settings
+
+    limit = int(answers_settings.MAX_CONCURRENT_STREAMS)  # the server runs the default
+    assert limit < PARALLEL_STREAMS
+    headers = {"Authorization": _token(asker), "Accept": "text/event-stream"}
+
+    def ask_streaming(i: int) -> tuple[int, float, float, str]:
+        with (
+            httpx.Client(base_url=slow_live_server.url, timeout=60) as http,
+            http.stream("POST", "/api/answers", json={"question": LAMBDA}, headers=headers) as r,
+        ):
+            answered_at = time.monotonic()
+            body = "".join(r.iter_text())  # to the stream's end (its ``done``)
+            return r.status_code, answered_at, time.monotonic(), body
+
+    LAMBDA = "What is a lambda expression?"
+    results = _in_parallel(PARALLEL_STREAMS, ask_streaming)
+    streamed = [r for r in results if r[0] == 200]
+    refused = [r for r in results if r[0] != 200]
+    print(f"{PARALLEL_STREAMS} parallel SSE asks: {len(streamed)} streamed (limit {limit})")
+    assert all(r[0] == 429 and '"rate_limited"' in r[3] for r in refused)
+    assert all("event: done" in r[3] for r in streamed)
+    # A stream that ended before the last ask was answered freed its slot (legitimately).
+    last_answered = max(r[1] for r in results)
+    ended_early = sum(1 for r in streamed if r[2] < last_answered)
+    assert 1 <= len(streamed) <= limit + ended_early
+    assert Question.objects.filter(user=asker).count() == len(streamed)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_parallel_json_asks_get_at_most_the_questions_per_minute(minute_capped_server, asker):
+    import httpx
+
+    headers = {"Authorization": _token(asker)}
+
+    def ask_json(i: int) -> tuple[int, str]:
+        response = httpx.post(
+            f"{minute_capped_server.url}/api/answers", json={"question": f"lambda {i}"},
+            headers=headers, timeout=60,
+        )  # fmt: skip
+        return response.status_code, response.text
+
+    results = _in_parallel(PARALLEL_JSON, ask_json)
+    answered = [r for r in results if r[0] == 200]
+    refused = [r for r in results if r[0] != 200]
+    print(f"{PARALLEL_JSON} parallel JSON asks: {len(answered)} answered (limit {MINUTE_LIMIT})")
+    assert all(r[0] == 429 and "a minute" in r[1] for r in refused)
+    assert len(answered) == MINUTE_LIMIT  # all within the minute: the limit, exactly
+    assert Question.objects.filter(user=asker).count() == MINUTE_LIMIT
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_parallel_socket_asks_get_at_most_the_concurrent_streams(slow_live_server, asker):
+    import asyncio
+    import json
+
+    from asgiref.sync import sync_to_async
+
+    from answers.conf import answers_settings
+    from tests.security.support import live_socket, session_cookie
+
+    limit = int(answers_settings.MAX_CONCURRENT_STREAMS)
+    cookie = await sync_to_async(session_cookie)(asker)
+    sockets = [await live_socket(slow_live_server, cookie) for _ in range(PARALLEL_STREAMS)]
+    try:
+        await asyncio.gather(
+            *(s.send(json.dumps({"type": "ask", "question": "lambda"})) for s in sockets)
+        )
+        finals = await asyncio.gather(*(_timed_final(s) for s in sockets))
+    finally:
+        await asyncio.gather(*(s.close() for s in sockets))
+    done = [f for f in finals if f[2][-1]["type"] == "done"]
+    refused = [f for f in finals if f[2][-1]["type"] == "error"]
+    print(f"{PARALLEL_STREAMS} parallel socket asks: {len(done)} streamed (limit {limit})")
+    assert all(f[2][-1]["code"] == "rate_limited" for f in refused)
+    last_answered = max(f[0] for f in finals)
+    ended_early = sum(1 for f in done if f[1] < last_answered)
+    assert 1 <= len(done) <= limit + ended_early
+
+
+async def _timed_final(socket) -> tuple[float, float, list[dict]]:  # type: ignore[no-untyped-def]
+    """When the first message came, when the last did, and all of them."""
+    import asyncio
+    import json
+    import time
+
+    messages: list[dict] = []
+    answered_at = 0.0
+    while not messages or messages[-1]["type"] not in ("done", "error"):
+        messages.append(json.loads(await asyncio.wait_for(socket.recv(), 60)))
+        answered_at = answered_at or time.monotonic()
+    return answered_at, time.monotonic(), messages

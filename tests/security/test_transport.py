@@ -318,6 +318,22 @@ def test_an_over_long_question_is_refused_before_retrieval(
     assert retrieval_tripwire.calls == 1
 
 
+@pytest.mark.django_db
+@pytest.mark.parametrize("accept", ["application/json", "text/event-stream"])
+def test_an_unpaired_surrogate_is_refused_before_retrieval(
+    client, asker, retrieval_tripwire, accept
+):
+    before = Question.objects.count()
+    response = post_json(
+        client, "/api/answers", {"question": "lambda \ud800 x"}, HTTP_ACCEPT=accept,
+        **bearer(asker),
+    )  # fmt: skip
+    assert response.status_code == 422
+    assert response.json()["code"] == "invalid_question"
+    assert retrieval_tripwire.calls == 0
+    assert Question.objects.count() == before
+
+
 @pytest.mark.django_db(transaction=True)
 async def test_oversized_socket_messages_are_refused_before_retrieval(
     corpus, asker, retrieval_tripwire
@@ -367,6 +383,46 @@ async def test_a_socket_from_the_sites_own_origin_is_accepted(corpus, asker, cli
     connected, _ = await comm.connect()
     assert connected
     await comm.disconnect()
+
+
+def _origin_scope(origin: str, host: str = "answers.example.com", **headers: str) -> dict:
+    raw = [(b"host", host.encode()), (b"origin", origin.encode())]
+    raw += [(k.encode(), v.encode()) for k, v in headers.items()]
+    return {"type": "websocket", "scheme": "ws", "headers": raw}
+
+
+@pytest.mark.parametrize(
+    ("origin", "extra", "allowed"),
+    [
+        ("http://answers.example.com", {}, True),
+        ("https://answers.example.com", {}, False),  # a plain ws:// socket is not https
+        ("https://answers.example.com", {"x-forwarded-proto": "https"}, True),
+        ("http://answers.example.com", {"x-forwarded-proto": "https"}, False),
+        ("https://app.example.com", {}, True),  # a trusted origin
+        ("http://app.example.com", {}, False),  # its other scheme is not
+        ("https://app.example.com:8443", {}, False),  # nor another port
+        ("https://eu.trusted.example", {}, True),  # https://*.trusted.example
+        ("https://trusted.example.evil", {}, False),
+    ],
+)
+def test_the_origin_check_follows_csrf_trusted_origins_and_the_tls_proxy(
+    settings, origin, extra, allowed
+):
+    from answers.origin import websocket_origin_allowed
+
+    settings.ALLOWED_HOSTS = ["answers.example.com"]
+    settings.CSRF_TRUSTED_ORIGINS = ["https://app.example.com", "https://*.trusted.example"]
+    settings.SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    assert websocket_origin_allowed(_origin_scope(origin, **extra)) is allowed
+
+
+def test_the_origin_check_needs_an_allowed_host(settings):
+    from answers.origin import websocket_origin_allowed
+
+    settings.ALLOWED_HOSTS = ["answers.example.com"]
+    settings.CSRF_TRUSTED_ORIGINS = ["https://app.example.com"]
+    assert not websocket_origin_allowed(_origin_scope("http://rebound.example", "rebound.example"))
+    assert not websocket_origin_allowed(_origin_scope("https://app.example.com", "rebound.example"))
 
 
 @pytest.mark.django_db(transaction=True)
