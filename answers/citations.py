@@ -111,12 +111,11 @@ class _Collector:
     """Rides in markdown-it's ``env`` and hears about markers (and, for streaming, the
     places where text still to come could change how earlier text reads)."""
 
-    render = False
-
     def __init__(self, *, hazards: bool = False) -> None:
         self.want_hazards = hazards
         self.content: str | None = None
-        # Per inline token, in document order: the token and what was found in it.
+        # Per inline token, in document order: the token, its markers (content start,
+        # end, numbers) and its hazards (content offsets; at-end ones stored as -offset-1).
         self.blocks: list[tuple[Token, list[tuple[int, int, tuple[int, ...]]], list[int]]] = []
 
     def begin(self, token: Token) -> None:
@@ -134,8 +133,6 @@ class _Collector:
 
 class RenderCollector(_Collector):
     """The renderer's collector: markers become ``citation`` tokens."""
-
-    render = True
 
     def marker(self, state: StateInline, end: int, numbers: tuple[int, ...]) -> None:
         token = state.push("citation", "", 0)
