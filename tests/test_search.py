@@ -151,3 +151,49 @@ def test_the_shared_bound_is_fts5s_clamped_idf_times_k1_plus_1():
     assert bm25.idf(0, 10) == pytest.approx(math.log(10.5 / 0.5))  # a term the corpus lacks
     assert bm25.idf(5, 10) == bm25.MIN_IDF  # in half the rows: clamped as FTS5 does
     assert bm25.score_bound([1.0, 2.0]) == pytest.approx((bm25.K1 + 1) * 3.0)
+
+
+# --- the access scope (ADR 0009) ---------------------------------------------------------
+
+SCOPE_QUESTIONS = [
+    "What is a lambda expression?",
+    "Nightjar zeppelin hangar launch",
+    "zeppelin lambda expression",
+    "How does the with statement call a context manager?",
+    "lambda lambdas expression is in",
+    "is in for with not",
+    "Who won the football world cup?",
+]
+
+
+@pytest.mark.parametrize("limit", [1, 40])
+def test_an_outsiders_search_is_that_of_a_corpus_without_what_they_may_not_view(asker, limit):
+    from answers.selectors import document_list_visible
+
+    backend = get_search_backend()
+    scoped = {
+        q: backend.search(q, limit=limit, documents=document_list_visible(user=asker))
+        for q in SCOPE_QUESTIONS
+    }
+    Document.objects.filter(access=Document.Access.GROUPS).delete()
+    for question, hits in scoped.items():
+        unscoped = backend.search(question, limit=limit)
+        assert [h.chunk_id for h in hits] == [h.chunk_id for h in unscoped], question
+        for mine, theirs in zip(hits, unscoped, strict=True):
+            assert mine.score == pytest.approx(theirs.score, rel=1e-12), question
+
+
+@pytest.mark.skipif(connection.vendor != "sqlite", reason="the SQLite FTS5 index")
+@pytest.mark.parametrize("limit", [1, 5, 200])
+def test_the_scoped_formula_is_fts5s_own_bm25(limit):
+    # With nothing out of scope, the score computed from the vocabulary is FTS5's rank.
+    from answers.search.sqlite_fts5 import SQLiteFTS5Backend
+
+    backend = SQLiteFTS5Backend()
+    for question in SCOPE_QUESTIONS:
+        native = backend.search(question, limit=limit)
+        with connection.cursor() as cursor:
+            computed = backend.search_scoped(cursor, question, limit=limit, excluded={})
+        assert [h.chunk_id for h in computed] == [h.chunk_id for h in native], question
+        for mine, theirs in zip(computed, native, strict=True):
+            assert mine.score == pytest.approx(theirs.score, rel=1e-12), question

@@ -10,11 +10,22 @@ the query's terms bounds the raw score. The normalized score is the raw score di
 that bound, using FTS5's own idf (terms the corpus lacks count at the highest idf). It
 reads as "the share of the question's evidence this chunk carries": a question whose
 distinctive words the corpus never uses cannot score high, on any corpus.
+
+Access scope (ADR 0009): FTS5's ``bm25()`` always uses whole-table statistics, so it is
+used only when the asker may view every chunk. Otherwise the same formula is computed
+here over the chunks in scope: N and the total length are FTS5's own totals less those of
+the chunks out of scope (their sizes from FTS5's docsize table); each term's chunk count
+is the term's matching rowids (FTS5 walks its doclist) that are in scope; the term
+frequencies come from the ``fts5vocab`` instance table, read only for terms that some
+chunk in scope holds. Every step is linear in the postings of the question's terms or in
+the chunks out of scope, never in their product.
 """
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from django.db import connection
 from django.db.backends.utils import CursorWrapper
@@ -22,9 +33,18 @@ from django.db.backends.utils import CursorWrapper
 from . import bm25
 from .base import SearchHit, query_terms
 
+if TYPE_CHECKING:
+    from django.db.models import QuerySet
+
+    from ..models import Document
+
 K1 = bm25.K1  # FTS5's built-in bm25() constant
 FTS_TABLE = "answers_chunk_fts"
 VOCAB_TABLE = "answers_chunk_fts_vocab"
+# FTS5's shadow tables: per-row column sizes, and the table's totals (the record id 1).
+DOCSIZE_TABLE = "answers_chunk_fts_docsize"
+DATA_TABLE = "answers_chunk_fts_data"
+INSTANCE_TABLE = "temp.answers_chunk_fts_instance"  # per connection, like the scratch index
 _TOKENIZER = "porter unicode61 remove_diacritics 2"
 
 
@@ -32,12 +52,39 @@ def _quote(term: str) -> str:
     return '"' + term.replace('"', '""') + '"'
 
 
+def _varints(blob: bytes) -> list[int]:
+    """The SQLite varints FTS5 stores its sizes and totals in (big-endian, 7 bits a byte,
+    a 9th byte of 8 bits)."""
+    values, value, length = [], 0, 0
+    for byte in blob:
+        length += 1
+        if length == 9:
+            values.append((value << 8) | byte)
+            value = length = 0
+        elif byte & 0x80:
+            value = (value << 7) | (byte & 0x7F)
+        else:
+            values.append((value << 7) | byte)
+            value = length = 0
+    return values
+
+
+def _tokens(size: bytes) -> int:
+    """A row's length in tokens over all columns, as FTS5's bm25() reads it."""
+    return sum(_varints(size))
+
+
 class SQLiteFTS5Backend:
     name = "sqlite-fts5"
     vendor = "sqlite"  # the database it needs (a system check compares it)
 
-    def search(self, query: str, *, limit: int) -> list[SearchHit]:
+    def search(
+        self, query: str, *, limit: int, documents: QuerySet[Document] | None = None
+    ) -> list[SearchHit]:
         with connection.cursor() as cursor:
+            excluded = self._excluded(cursor, documents)
+            if excluded:
+                return self.search_scoped(cursor, query, limit=limit, excluded=excluded)
             planned = self.plan(cursor, query)
             if planned is None:
                 return []
@@ -101,3 +148,92 @@ class SQLiteFTS5Backend:
     def _score_bound(stems: Iterable[str], doc_counts: dict[str, int], rows: int) -> float:
         # FTS5's idf, clamped the same way; a stem the corpus lacks gets the highest.
         return bm25.score_bound(bm25.idf(doc_counts.get(stem, 0), rows) for stem in stems)
+
+    def _excluded(
+        self, cursor: CursorWrapper, documents: QuerySet[Document] | None
+    ) -> dict[int, bytes]:
+        """The chunks outside ``documents`` (the scope), with their FTS5 sizes."""
+        if documents is None:
+            return {}
+        # The access rule stays in the queryset (selectors): only its SQL is used here.
+        scope, params = documents.order_by().values("pk").query.sql_with_params()
+        cursor.execute(
+            f"SELECT c.id, s.sz FROM answers_document d "  # noqa: S608
+            "JOIN answers_chunk c ON c.document_id = d.id "
+            f"JOIN {DOCSIZE_TABLE} s ON s.id = c.id WHERE d.id NOT IN ({scope})",
+            params,
+        )
+        return dict(cursor.fetchall())
+
+    def search_scoped(
+        self, cursor: CursorWrapper, query: str, *, limit: int, excluded: dict[int, bytes]
+    ) -> list[SearchHit]:
+        """FTS5's BM25 and bound over every chunk but ``excluded`` (module docstring)."""
+        stems = self._stems(cursor, query_terms(query))
+        if not stems:
+            return []
+        cursor.execute(f"SELECT block FROM {DATA_TABLE} WHERE id = 1")  # noqa: S608
+        totals = cursor.fetchone()
+        all_rows, *column_tokens = _varints(totals[0]) if totals else [0]
+        rows = all_rows - len(excluded)
+        tokens = sum(column_tokens) - sum(_tokens(size) for size in excluded.values())
+        if rows <= 0 or tokens <= 0:
+            return []
+        avgdl = float(tokens) / float(rows)  # as fts5_aux.c computes it
+        # Each stem's chunks in scope, matched as FTS5 matches the phrase (by its term).
+        holders: dict[str, set[int]] = {}
+        for term, stem in stems.items():
+            if stem not in holders:
+                cursor.execute(
+                    f"SELECT rowid FROM {FTS_TABLE} WHERE {FTS_TABLE} MATCH %s",  # noqa: S608
+                    [_quote(term)],
+                )
+                holders[stem] = {rowid for (rowid,) in cursor.fetchall()} - excluded.keys()
+        doc_counts = {stem: len(chunks) for stem, chunks in holders.items()}
+        idfs = {stem: bm25.idf(count, rows) for stem, count in doc_counts.items()}
+        bound = bm25.score_bound(idfs[stem] for stem in stems.values())
+        # The same plan as FTS5's: terms in half the chunks or more are not matched.
+        useful = [stem for stem in stems.values() if doc_counts[stem] < rows / 2]
+        useful = useful or list(stems.values())
+        # Only stems some chunk in scope holds: one held only out of scope adds nothing,
+        # and reading its instances would take time that depends on what is out of scope.
+        held = sorted({stem for stem in useful if doc_counts[stem]})
+        if not held:
+            return []
+        freqs = self._frequencies(cursor, held, excluded)
+        scored = []
+        for chunk_id, (size, chunk_freqs) in freqs.items():
+            norm = bm25.K1 * (1 - bm25.B + bm25.B * _tokens(size) / avgdl)
+            raw = 0.0
+            for stem in useful:  # in FTS5's phrase order, so the sum is the same float
+                f = chunk_freqs.get(stem, 0.0)
+                raw += idfs[stem] * ((f * (bm25.K1 + 1.0)) / (f + norm))
+            scored.append((raw, chunk_id))
+        best = heapq.nsmallest(limit, scored, key=lambda item: (-item[0], item[1]))
+        return [SearchHit(chunk_id=pk, score=min(1.0, raw / bound)) for raw, pk in best]
+
+    def _frequencies(
+        self, cursor: CursorWrapper, stems: list[str], excluded: dict[int, bytes]
+    ) -> dict[int, tuple[bytes, dict[str, float]]]:
+        """Per chunk in scope holding any of ``stems``: its size, and each stem's
+        frequency (a title instance counts ``TITLE_WEIGHT``, as in ``bm25(2.0, 1.0)``)."""
+        cursor.execute(
+            f"CREATE VIRTUAL TABLE IF NOT EXISTS {INSTANCE_TABLE} "
+            f"USING fts5vocab(main, {FTS_TABLE}, instance)"
+        )
+        placeholders = ", ".join(["%s"] * len(stems))
+        cursor.execute(
+            "SELECT i.doc, i.term, i.col, i.n, s.sz FROM ("  # noqa: S608
+            f"SELECT doc, term, col, count(*) AS n FROM {INSTANCE_TABLE} "
+            f"WHERE term IN ({placeholders}) GROUP BY doc, term, col"
+            f") AS i JOIN {DOCSIZE_TABLE} s ON s.id = i.doc",
+            stems,
+        )
+        out: dict[int, tuple[bytes, dict[str, float]]] = {}
+        for chunk_id, stem, column, count, size in cursor.fetchall():
+            if chunk_id in excluded:
+                continue
+            weight = bm25.TITLE_WEIGHT if column == "title" else 1.0
+            entry = out.setdefault(chunk_id, (size, {}))
+            entry[1][stem] = entry[1].get(stem, 0.0) + weight * count
+        return out
