@@ -17,7 +17,7 @@ from django.contrib.auth.models import Group
 from django.test import Client
 
 from answers import selectors, services
-from answers.models import Document
+from answers.models import Document, RetrievedSource
 from answers.registry import get_search_backend
 from tests.security.support import bearer, post_json
 
@@ -98,3 +98,34 @@ def test_restricted_documents_cannot_push_a_public_one_out_of_the_candidates(
     body = response.json()
     assert body["status"] == "complete", body
     assert [r["title"] for r in body["references"]] == ["Okapi care"]
+
+
+class UnscopedBackend:
+    """A third-party backend written before scoping (system check answers.E013)."""
+
+    name = "unscoped"
+
+    def search(self, query: str, *, limit: int) -> list[Any]:
+        from django.db import connection
+        from django.utils.module_loading import import_string
+
+        from answers.conf import _SEARCH_BACKENDS
+
+        builtin = import_string(_SEARCH_BACKENDS[connection.vendor])()
+        return list(builtin.search(query, limit=limit))
+
+
+def test_a_backend_that_cannot_scope_still_never_shows_what_the_asker_may_not_view(
+    client, asker, quiet_questions, settings
+):
+    # E013 refuses it at start-up; silenced, it still works, and the pipeline still drops
+    # every source the asker may not view (only the scores leak, as E013 says).
+    settings.ANSWERS = {**settings.ANSWERS, "SEARCH_BACKEND": f"{__name__}.UnscopedBackend"}
+    question = "What is the Nightjar zeppelin launch plan?"
+    response = post_json(client, "/api/answers", {"question": question}, **bearer(asker))
+    assert response.status_code == 200, response.content
+    assert "Nightjar" not in json.dumps(response.json()["references"])
+    assert "hangar nine" not in response.json()["text"]
+    # It did return the restricted chunks; they were dropped after the search.
+    dropped = RetrievedSource.objects.filter(question__answer__pk=response.json()["answer_id"])
+    assert {r.dropped_reason for r in dropped if r.document.access == "groups"} == {"no_access"}
