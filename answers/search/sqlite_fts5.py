@@ -23,7 +23,7 @@ the chunks out of scope, never in their product.
 
 from __future__ import annotations
 
-import heapq
+import json
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
@@ -45,6 +45,52 @@ VOCAB_TABLE = "answers_chunk_fts_vocab"
 DOCSIZE_TABLE = "answers_chunk_fts_docsize"
 DATA_TABLE = "answers_chunk_fts_data"
 INSTANCE_TABLE = "temp.answers_chunk_fts_instance"  # per connection, like the scratch index
+_HEX_DIGITS = "'0123456789ABCDEF'"
+
+
+def _byte(k: int) -> str:
+    """SQL: byte ``k`` (1-based) of the hex string ``h``."""
+    return (
+        f"((instr({_HEX_DIGITS}, substr(h, {2 * k - 1}, 1)) - 1) * 16"
+        f" + instr({_HEX_DIGITS}, substr(h, {2 * k}, 1)) - 1)"
+    )
+
+
+def _varint_sql(k: int) -> tuple[str, str]:
+    """SQL: the value and the byte length of the varint at byte ``k`` of ``h`` (up to 3
+    bytes: a column of up to 2,097,151 tokens, far beyond any chunk)."""
+    b0, b1, b2 = _byte(k), _byte(k + 1), _byte(k + 2)
+    value = (
+        f"(CASE WHEN {b0} < 128 THEN {b0} WHEN {b1} < 128 THEN ({b0} - 128) * 128 + {b1}"
+        f" ELSE ({b0} - 128) * 16384 + ({b1} - 128) * 128 + {b2} END)"
+    )
+    length = f"(CASE WHEN {b0} < 128 THEN 1 WHEN {b1} < 128 THEN 2 ELSE 3 END)"
+    return value, length
+
+
+def _row_tokens_sql() -> str:
+    """SQL: a row's tokens (title + text) from ``h``, the hex of its FTS5 docsize blob."""
+    title, title_length = _varint_sql(1)
+    texts = " ".join(f"WHEN {n} THEN {_varint_sql(1 + n)[0]}" for n in (1, 2))
+    return f"({title} + CASE {title_length} {texts} ELSE {_varint_sql(4)[0]} END)"
+
+
+# FTS5's bm25() over the chunks in scope: per chunk, sum over the query's stems of
+# idf * f*(k1+1) / (f + k1*(1 - b + b*D/avgdl)), f counting a title instance twice, D the
+# chunk's tokens over both columns. Only the instances of the given stems are read.
+_SCOPED_BM25_SQL = (
+    "WITH q(term, idf) AS (VALUES {terms}), "  # noqa: S608 (constants; values are bound)
+    "f AS MATERIALIZED ("
+    "SELECT doc, term, sum(CASE col WHEN 'title' THEN %s ELSE 1.0 END) AS freq "
+    f"FROM {INSTANCE_TABLE} WHERE term IN ({{stems}}) GROUP BY doc, term), "
+    "r AS MATERIALIZED ("
+    "SELECT f.doc AS doc, f.freq AS freq, q.idf AS idf, hex(s.sz) AS h "
+    f"FROM f JOIN q ON q.term = f.term JOIN {DOCSIZE_TABLE} s ON s.id = f.doc "
+    "WHERE f.doc NOT IN (SELECT value FROM json_each(%s))) "
+    "SELECT doc, sum(idf * ((freq * (%s + 1.0)) / "
+    f"(freq + %s * (1 - %s + %s * {_row_tokens_sql()} / %s)))) AS raw "
+    "FROM r GROUP BY doc ORDER BY raw DESC, doc LIMIT %s"
+)
 _TOKENIZER = "porter unicode61 remove_diacritics 2"
 
 
@@ -200,40 +246,27 @@ class SQLiteFTS5Backend:
         held = sorted({stem for stem in useful if doc_counts[stem]})
         if not held:
             return []
-        freqs = self._frequencies(cursor, held, excluded)
-        scored = []
-        for chunk_id, (size, chunk_freqs) in freqs.items():
-            norm = bm25.K1 * (1 - bm25.B + bm25.B * _tokens(size) / avgdl)
-            raw = 0.0
-            for stem in useful:  # in FTS5's phrase order, so the sum is the same float
-                f = chunk_freqs.get(stem, 0.0)
-                raw += idfs[stem] * ((f * (bm25.K1 + 1.0)) / (f + norm))
-            scored.append((raw, chunk_id))
-        best = heapq.nsmallest(limit, scored, key=lambda item: (-item[0], item[1]))
-        return [SearchHit(chunk_id=pk, score=min(1.0, raw / bound)) for raw, pk in best]
-
-    def _frequencies(
-        self, cursor: CursorWrapper, stems: list[str], excluded: dict[int, bytes]
-    ) -> dict[int, tuple[bytes, dict[str, float]]]:
-        """Per chunk in scope holding any of ``stems``: its size, and each stem's
-        frequency (a title instance counts ``TITLE_WEIGHT``, as in ``bm25(2.0, 1.0)``)."""
+        # A stem weighs its idf once for each query term that has it (one FTS5 phrase each).
+        weights = {stem: idfs[stem] * useful.count(stem) for stem in held}
+        k1, b = bm25.K1, bm25.B
         cursor.execute(
             f"CREATE VIRTUAL TABLE IF NOT EXISTS {INSTANCE_TABLE} "
             f"USING fts5vocab(main, {FTS_TABLE}, instance)"
         )
-        placeholders = ", ".join(["%s"] * len(stems))
         cursor.execute(
-            "SELECT i.doc, i.term, i.col, i.n, s.sz FROM ("  # noqa: S608
-            f"SELECT doc, term, col, count(*) AS n FROM {INSTANCE_TABLE} "
-            f"WHERE term IN ({placeholders}) GROUP BY doc, term, col"
-            f") AS i JOIN {DOCSIZE_TABLE} s ON s.id = i.doc",
-            stems,
+            _SCOPED_BM25_SQL.format(
+                terms=", ".join(["(%s, %s)"] * len(weights)),
+                stems=", ".join(["%s"] * len(weights)),
+            ),
+            [
+                *(value for pair in weights.items() for value in pair),
+                bm25.TITLE_WEIGHT,
+                *weights,
+                json.dumps(sorted(excluded)),
+                *(k1, k1, b, b, avgdl),
+                limit,
+            ],
         )
-        out: dict[int, tuple[bytes, dict[str, float]]] = {}
-        for chunk_id, stem, column, count, size in cursor.fetchall():
-            if chunk_id in excluded:
-                continue
-            weight = bm25.TITLE_WEIGHT if column == "title" else 1.0
-            entry = out.setdefault(chunk_id, (size, {}))
-            entry[1][stem] = entry[1].get(stem, 0.0) + weight * count
-        return out
+        return [
+            SearchHit(chunk_id=pk, score=min(1.0, raw / bound)) for pk, raw in cursor.fetchall()
+        ]
