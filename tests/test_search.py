@@ -197,3 +197,35 @@ def test_the_scoped_formula_is_fts5s_own_bm25(limit):
         assert [h.chunk_id for h in computed] == [h.chunk_id for h in native], question
         for mine, theirs in zip(computed, native, strict=True):
             assert mine.score == pytest.approx(theirs.score, rel=1e-12), question
+
+
+@pytest.mark.skipif(connection.vendor != "sqlite", reason="the SQLite FTS5 index")
+def test_chunk_lengths_follow_every_write_to_the_index():
+    # The scoped search reads each chunk's length from answers_chunk_fts_length (migration
+    # 0005); it must be FTS5's own (docsize) after inserts, updates, renames and deletes.
+    from answers.search.sqlite_fts5 import _varints
+
+    result = ingest_text("t:lengths", "Two words", "one two three two")
+    document = result.document
+    long_chunk = Chunk.objects.create(  # a 3-byte varint: over 16383 tokens
+        document=document, ordinal=99, text="word " * 20_000, start=0, end=0
+    )
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT tokens FROM answers_chunk_fts_length WHERE id = %s", [long_chunk.pk])
+        assert cursor.fetchone()[0] == 20_000 + 2  # and the title's two words
+    Chunk.objects.filter(pk=long_chunk.pk).update(text="shorter " * 300)
+    Document.objects.filter(pk=document.pk).update(title="Now four title words")
+    result = ingest_text("t:lengths-gone", "Gone", "to be deleted")
+    result.document.delete()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT d.id, d.sz, l.tokens FROM answers_chunk_fts_docsize d "
+            "LEFT JOIN answers_chunk_fts_length l ON l.id = d.id"
+        )
+        rows = cursor.fetchall()
+        cursor.execute("SELECT count(*) FROM answers_chunk_fts_length")
+        (lengths,) = cursor.fetchone()
+    assert lengths == len(rows) == Chunk.objects.count()
+    assert all(tokens == sum(_varints(size)) for _, size, tokens in rows)
+    by_id = {pk: tokens for pk, _, tokens in rows}
+    assert by_id[long_chunk.pk] == 300 + 4

@@ -12,18 +12,17 @@ reads as "the share of the question's evidence this chunk carries": a question w
 distinctive words the corpus never uses cannot score high, on any corpus.
 
 Access scope (ADR 0009): FTS5's ``bm25()`` always uses whole-table statistics, so it is
-used only when the asker may view every chunk. Otherwise the same formula is computed
-here over the chunks in scope: N and the total length are FTS5's own totals less those of
-the chunks out of scope (their sizes from FTS5's docsize table); each term's chunk count
-is the term's matching rowids (FTS5 walks its doclist) that are in scope; the term
-frequencies come from the ``fts5vocab`` instance table, read only for terms that some
-chunk in scope holds. Every step is linear in the postings of the question's terms or in
-the chunks out of scope, never in their product.
+used as it is only when the asker may view every chunk. Otherwise the same formula is
+computed over the chunks in scope: N and the total length are FTS5's own totals less
+those of the chunks out of scope (lengths kept per chunk by migration 0005's triggers);
+each term's chunk count is its matching rowids (FTS5 walks its doclist) that are in
+scope; each term's frequency in a chunk is solved from that term's whole-table
+``bm25()``, then rescored with the scope's statistics (``_SCOPED_BM25_SQL``). Each step
+is linear in the postings of the question's terms or in the chunks out of scope.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
@@ -41,56 +40,36 @@ if TYPE_CHECKING:
 K1 = bm25.K1  # FTS5's built-in bm25() constant
 FTS_TABLE = "answers_chunk_fts"
 VOCAB_TABLE = "answers_chunk_fts_vocab"
-# FTS5's shadow tables: per-row column sizes, and the table's totals (the record id 1).
-DOCSIZE_TABLE = "answers_chunk_fts_docsize"
-DATA_TABLE = "answers_chunk_fts_data"
-INSTANCE_TABLE = "temp.answers_chunk_fts_instance"  # per connection, like the scratch index
-_HEX_DIGITS = "'0123456789ABCDEF'"
+DATA_TABLE = "answers_chunk_fts_data"  # FTS5's shadow table: its totals are record 1
+LENGTH_TABLE = "answers_chunk_fts_length"  # each row's tokens, from docsize (migration 0005)
+EXCLUDED_TABLE = "temp.answers_search_excluded"  # per connection, like the scratch index
 
-
-def _byte(k: int) -> str:
-    """SQL: byte ``k`` (1-based) of the hex string ``h``."""
-    return (
-        f"((instr({_HEX_DIGITS}, substr(h, {2 * k - 1}, 1)) - 1) * 16"
-        f" + instr({_HEX_DIGITS}, substr(h, {2 * k}, 1)) - 1)"
-    )
-
-
-def _varint_sql(k: int) -> tuple[str, str]:
-    """SQL: the value and the byte length of the varint at byte ``k`` of ``h`` (up to 3
-    bytes: a column of up to 2,097,151 tokens, far beyond any chunk)."""
-    b0, b1, b2 = _byte(k), _byte(k + 1), _byte(k + 2)
-    value = (
-        f"(CASE WHEN {b0} < 128 THEN {b0} WHEN {b1} < 128 THEN ({b0} - 128) * 128 + {b1}"
-        f" ELSE ({b0} - 128) * 16384 + ({b1} - 128) * 128 + {b2} END)"
-    )
-    length = f"(CASE WHEN {b0} < 128 THEN 1 WHEN {b1} < 128 THEN 2 ELSE 3 END)"
-    return value, length
-
-
-def _row_tokens_sql() -> str:
-    """SQL: a row's tokens (title + text) from ``h``, the hex of its FTS5 docsize blob."""
-    title, title_length = _varint_sql(1)
-    texts = " ".join(f"WHEN {n} THEN {_varint_sql(1 + n)[0]}" for n in (1, 2))
-    return f"({title} + CASE {title_length} {texts} ELSE {_varint_sql(4)[0]} END)"
-
-
-# FTS5's bm25() over the chunks in scope: per chunk, sum over the query's stems of
-# idf * f*(k1+1) / (f + k1*(1 - b + b*D/avgdl)), f counting a title instance twice, D the
-# chunk's tokens over both columns. Only the instances of the given stems are read.
-_SCOPED_BM25_SQL = (
-    "WITH q(term, idf) AS (VALUES {terms}), "  # noqa: S608 (constants; values are bound)
-    "f AS MATERIALIZED ("
-    "SELECT doc, term, sum(CASE col WHEN 'title' THEN %s ELSE 1.0 END) AS freq "
-    f"FROM {INSTANCE_TABLE} WHERE term IN ({{stems}}) GROUP BY doc, term), "
-    "r AS MATERIALIZED ("
-    "SELECT f.doc AS doc, f.freq AS freq, q.idf AS idf, hex(s.sz) AS h "
-    f"FROM f JOIN q ON q.term = f.term JOIN {DOCSIZE_TABLE} s ON s.id = f.doc "
-    "WHERE f.doc NOT IN (SELECT value FROM json_each(%s))) "
-    "SELECT doc, sum(idf * ((freq * (%s + 1.0)) / "
-    f"(freq + %s * (1 - %s + %s * {_row_tokens_sql()} / %s)))) AS raw "
-    "FROM r GROUP BY doc ORDER BY raw DESC, doc LIMIT %s"
-)
+# BM25 over the chunks in scope (ADR 0009). FTS5 gives, per chunk holding a term, the
+# term's bm25() with whole-table statistics, s = idf_all * f*(k1+1) / (f + K_all) with
+# K = k1*(1 - b + b*D/avgdl); D (the chunk's tokens) is kept by migration 0005. Solving
+# for the term frequency f (an integer: title instances count 2, text ones 1; rounded, as
+# the float error is far below 0.5 for any chunk), the term's share is recomputed with the
+# scope's idf and avgdl, and summed per chunk. Parameters: per term (its MATCH phrase),
+# then per term (t, idf_all, idf), avgdl_all, avgdl, limit.
+_SCOPED_BM25_SQL = """
+WITH m(t, doc, s) AS MATERIALIZED ({matches}),
+q(t, idf_all, idf) AS (VALUES {terms}),
+r AS MATERIALIZED (
+    SELECT m.doc AS doc, m.s / q.idf_all AS g, q.idf AS idf, l.tokens AS d
+    FROM m JOIN q ON q.t = m.t JOIN {lengths} AS l ON l.id = m.doc
+    WHERE m.doc NOT IN (SELECT id FROM {excluded})
+),
+k AS (
+    SELECT doc, g, idf,
+           {k1} * (1 - {b} + {b} * d / %s) AS k_all,
+           {k1} * (1 - {b} + {b} * d / %s) AS k
+    FROM r
+),
+f AS (SELECT doc, idf, k, round(g * k_all / ({k1} + 1 - g)) AS freq FROM k)
+SELECT doc, sum(idf * ((freq * ({k1} + 1.0)) / (freq + k))) AS raw
+FROM f GROUP BY doc ORDER BY raw DESC, doc LIMIT %s
+"""
+_MATCH_SQL = "SELECT {t}, rowid, -bm25({fts}, {title}, 1.0) FROM {fts} WHERE {fts} MATCH %s"
 _TOKENIZER = "porter unicode61 remove_diacritics 2"
 
 
@@ -113,11 +92,6 @@ def _varints(blob: bytes) -> list[int]:
             values.append((value << 7) | byte)
             value = length = 0
     return values
-
-
-def _tokens(size: bytes) -> int:
-    """A row's length in tokens over all columns, as FTS5's bm25() reads it."""
-    return sum(_varints(size))
 
 
 class SQLiteFTS5Backend:
@@ -197,22 +171,22 @@ class SQLiteFTS5Backend:
 
     def _excluded(
         self, cursor: CursorWrapper, documents: QuerySet[Document] | None
-    ) -> dict[int, bytes]:
-        """The chunks outside ``documents`` (the scope), with their FTS5 sizes."""
+    ) -> dict[int, int]:
+        """The chunks outside ``documents`` (the scope), with their lengths in tokens."""
         if documents is None:
             return {}
         # The access rule stays in the queryset (selectors): only its SQL is used here.
         scope, params = documents.order_by().values("pk").query.sql_with_params()
         cursor.execute(
-            f"SELECT c.id, s.sz FROM answers_document d "  # noqa: S608
+            "SELECT c.id, l.tokens FROM answers_document d "  # noqa: S608
             "JOIN answers_chunk c ON c.document_id = d.id "
-            f"JOIN {DOCSIZE_TABLE} s ON s.id = c.id WHERE d.id NOT IN ({scope})",
+            f"JOIN {LENGTH_TABLE} l ON l.id = c.id WHERE d.id NOT IN ({scope})",
             params,
         )
         return dict(cursor.fetchall())
 
     def search_scoped(
-        self, cursor: CursorWrapper, query: str, *, limit: int, excluded: dict[int, bytes]
+        self, cursor: CursorWrapper, query: str, *, limit: int, excluded: dict[int, int]
     ) -> list[SearchHit]:
         """FTS5's BM25 and bound over every chunk but ``excluded`` (module docstring)."""
         stems = self._stems(cursor, query_terms(query))
@@ -222,20 +196,24 @@ class SQLiteFTS5Backend:
         totals = cursor.fetchone()
         all_rows, *column_tokens = _varints(totals[0]) if totals else [0]
         rows = all_rows - len(excluded)
-        tokens = sum(column_tokens) - sum(_tokens(size) for size in excluded.values())
+        tokens = sum(column_tokens) - sum(excluded.values())
         if rows <= 0 or tokens <= 0:
             return []
         avgdl = float(tokens) / float(rows)  # as fts5_aux.c computes it
         # Each stem's chunks in scope, matched as FTS5 matches the phrase (by its term).
-        holders: dict[str, set[int]] = {}
+        doc_counts: dict[str, int] = {}
+        all_counts: dict[str, int] = {}  # over the whole table, as FTS5's bm25() counts
+        term_of: dict[str, str] = {}
         for term, stem in stems.items():
-            if stem not in holders:
+            if stem not in term_of:
+                term_of[stem] = term
                 cursor.execute(
                     f"SELECT rowid FROM {FTS_TABLE} WHERE {FTS_TABLE} MATCH %s",  # noqa: S608
                     [_quote(term)],
                 )
-                holders[stem] = {rowid for (rowid,) in cursor.fetchall()} - excluded.keys()
-        doc_counts = {stem: len(chunks) for stem, chunks in holders.items()}
+                rowids = {rowid for (rowid,) in cursor.fetchall()}
+                all_counts[stem] = len(rowids)
+                doc_counts[stem] = len(rowids - excluded.keys())
         idfs = {stem: bm25.idf(count, rows) for stem, count in doc_counts.items()}
         bound = bm25.score_bound(idfs[stem] for stem in stems.values())
         # The same plan as FTS5's: terms in half the chunks or more are not matched.
@@ -246,27 +224,35 @@ class SQLiteFTS5Backend:
         held = sorted({stem for stem in useful if doc_counts[stem]})
         if not held:
             return []
-        # A stem weighs its idf once for each query term that has it (one FTS5 phrase each).
-        weights = {stem: idfs[stem] * useful.count(stem) for stem in held}
-        k1, b = bm25.K1, bm25.B
-        cursor.execute(
-            f"CREATE VIRTUAL TABLE IF NOT EXISTS {INSTANCE_TABLE} "
-            f"USING fts5vocab(main, {FTS_TABLE}, instance)"
+        all_avgdl = float(sum(column_tokens)) / float(all_rows)
+        matches = " UNION ALL ".join(
+            _MATCH_SQL.format(t=t, fts=FTS_TABLE, title=float(bm25.TITLE_WEIGHT))
+            for t in range(len(held))
         )
-        cursor.execute(
-            _SCOPED_BM25_SQL.format(
-                terms=", ".join(["(%s, %s)"] * len(weights)),
-                stems=", ".join(["%s"] * len(weights)),
-            ),
-            [
-                *(value for pair in weights.items() for value in pair),
-                bm25.TITLE_WEIGHT,
-                *weights,
-                json.dumps(sorted(excluded)),
-                *(k1, k1, b, b, avgdl),
-                limit,
-            ],
+        sql = _SCOPED_BM25_SQL.format(
+            matches=matches,
+            terms=", ".join(["(%s, %s, %s)"] * len(held)),
+            lengths=LENGTH_TABLE,
+            excluded=EXCLUDED_TABLE,
+            k1=float(bm25.K1),
+            b=float(bm25.B),
         )
+        params: list[str | int | float] = [_quote(term_of[stem]) for stem in held]
+        for t, stem in enumerate(held):
+            # A stem weighs its scoped idf once per query term that has it (FTS5 phrases).
+            params += [t, bm25.idf(all_counts[stem], all_rows), idfs[stem] * useful.count(stem)]
+        params += [all_avgdl, avgdl, limit]
+        # The chunks out of scope, for the statement to skip (a keyed scratch table).
+        cursor.execute(
+            f"CREATE TEMP TABLE IF NOT EXISTS {EXCLUDED_TABLE.split('.')[1]} "
+            "(id INTEGER PRIMARY KEY)"
+        )
+        cursor.execute(f"DELETE FROM {EXCLUDED_TABLE}")  # noqa: S608
+        cursor.executemany(
+            f"INSERT INTO {EXCLUDED_TABLE}(id) VALUES (%s)",  # noqa: S608
+            [(pk,) for pk in excluded],
+        )
+        cursor.execute(sql, params)
         return [
             SearchHit(chunk_id=pk, score=min(1.0, raw / bound)) for pk, raw in cursor.fetchall()
         ]
