@@ -220,7 +220,7 @@ class SQLiteFTS5Backend:
         useful = [stem for stem in stems.values() if doc_counts[stem] < rows / 2]
         useful = useful or list(stems.values())
         # Only stems some chunk in scope holds: one held only out of scope adds nothing,
-        # and reading its instances would take time that depends on what is out of scope.
+        # and scoring its chunks would take time that depends on what is out of scope.
         held = sorted({stem for stem in useful if doc_counts[stem]})
         if not held:
             return []
