@@ -183,6 +183,14 @@ def test_an_outsiders_search_is_that_of_a_corpus_without_what_they_may_not_view(
             assert mine.score == pytest.approx(theirs.score, rel=1e-12), question
 
 
+def test_an_empty_scope_finds_nothing(django_user_model):
+    from answers.selectors import document_list_visible
+
+    inactive = django_user_model.objects.create_user(username="gone", is_active=False)
+    for documents in (Document.objects.none(), document_list_visible(user=inactive)):
+        assert get_search_backend().search("lambda expression", limit=5, documents=documents) == []
+
+
 @pytest.mark.skipif(connection.vendor != "sqlite", reason="the SQLite FTS5 index")
 @pytest.mark.parametrize("limit", [1, 5, 200])
 def test_the_scoped_formula_is_fts5s_own_bm25(limit):

@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from django.core.exceptions import EmptyResultSet
 from django.db import connection
 from django.db.backends.utils import CursorWrapper
 
@@ -103,6 +104,8 @@ class SQLiteFTS5Backend:
     ) -> list[SearchHit]:
         with connection.cursor() as cursor:
             excluded = self._excluded(cursor, documents)
+            if excluded is None:
+                return []  # an empty scope
             if excluded:
                 return self.search_scoped(cursor, query, limit=limit, excluded=excluded)
             planned = self.plan(cursor, query)
@@ -171,12 +174,16 @@ class SQLiteFTS5Backend:
 
     def _excluded(
         self, cursor: CursorWrapper, documents: QuerySet[Document] | None
-    ) -> dict[int, int]:
-        """The chunks outside ``documents`` (the scope), with their lengths in tokens."""
+    ) -> dict[int, int] | None:
+        """The chunks outside ``documents`` (the scope), with their lengths in tokens;
+        None when the scope is empty."""
         if documents is None:
             return {}
         # The access rule stays in the queryset (selectors): only its SQL is used here.
-        scope, params = documents.order_by().values("pk").query.sql_with_params()
+        try:
+            scope, params = documents.order_by().values("pk").query.sql_with_params()
+        except EmptyResultSet:
+            return None
         cursor.execute(
             "SELECT c.id, l.tokens FROM answers_document d "  # noqa: S608
             "JOIN answers_chunk c ON c.document_id = d.id "
