@@ -10,6 +10,7 @@ from django.db import connection
 from django.utils.module_loading import import_string
 
 from .conf import DEFAULTS, answers_settings
+from .search.base import search_takes_scope
 
 _NUMBERS: dict[str, tuple[type, float, float | None]] = {
     "SCORE_THRESHOLD": (float, 0.0, 1.0),
@@ -100,6 +101,7 @@ def check_answers_settings(app_configs: Any = None, **kwargs: Any) -> list[Check
             continue
         if key == "SEARCH_BACKEND":
             errors += _check_search_backend_vendor(path, imported)
+            errors += _check_search_backend_scope(path, imported)
     if answers_settings.provider_path() == "answers.providers.openai.OpenAIProvider":
         errors += _check_openai()
     return errors
@@ -118,6 +120,24 @@ def _check_search_backend_vendor(path: str, backend: Any) -> list[CheckMessage]:
             hint="Leave ANSWERS['SEARCH_BACKEND'] unset to get the built-in backend for "
             "SQLite or PostgreSQL, or set a backend written for this database.",
             id="answers.E007",
+        )
+    ]
+
+
+def _check_search_backend_scope(path: str, backend: Any) -> list[CheckMessage]:
+    """A backend must search only the asker's documents, statistics included (ADR 0009)."""
+    if search_takes_scope(backend):
+        return []
+    return [
+        Error(
+            f"The search backend {path!r} does not accept the documents= keyword of "
+            "search(): its hits, order and scores would depend on documents the asker "
+            "may not view.",
+            hint="Accept documents (a Document queryset), search only their chunks and "
+            "compute the score's statistics over them (README 'Scores'). Silencing "
+            "answers.E013 searches everything; sources the asker may not view are still "
+            "dropped afterwards, but scores leak.",
+            id="answers.E013",
         )
     ]
 

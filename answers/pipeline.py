@@ -381,7 +381,11 @@ def _prepare(*, user: User, question: str, conversation_id: uuid.UUID | None) ->
         history = selectors.conversation_history(conversation=conversation, user=user)
         previous_question = history[-1].question if history else None
 
-    hits = search_hits(question=question, previous_question=previous_question)
+    hits = search_hits(
+        question=question,
+        previous_question=previous_question,
+        documents=selectors.document_list_visible(user=user),
+    )
     candidates = selectors.candidates_for_hits(hits=((h.chunk_id, h.score) for h in hits))
     sources = select_sources(
         candidates,

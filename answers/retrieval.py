@@ -11,12 +11,18 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from .conf import answers_settings
 from .models import RetrievedSource
 from .prompt import PromptSource
 from .registry import get_reranker, get_search_backend
-from .search.base import SearchHit
+from .search.base import SearchHit, search_takes_scope
+
+if TYPE_CHECKING:
+    from django.db.models import QuerySet
+
+    from .models import Document
 from .types import Candidate
 
 logger = logging.getLogger(__name__)
@@ -45,19 +51,26 @@ class NumberedSource:
         )
 
 
-def search_hits(*, question: str, previous_question: str | None) -> list[SearchHit]:
-    """Search for the question; a follow-up is also searched together with the turn before.
+def search_hits(
+    *, question: str, previous_question: str | None, documents: QuerySet[Document]
+) -> list[SearchHit]:
+    """Search the asker's ``documents`` for the question; a follow-up is also searched
+    together with the turn before.
 
     Elliptical follow-ups ("and how does it differ from X?") name only part of their
     subject; the previous question supplies the rest. Each chunk keeps its best score.
+    The search and its statistics are scoped to ``documents`` (ADR 0009); a backend that
+    cannot scope (system check answers.E013, silenced) searches everything, and
+    ``select_sources`` still drops what the asker may not view.
     """
     backend = get_search_backend()
     limit = int(answers_settings.CANDIDATES)
+    scope = {"documents": documents} if search_takes_scope(backend) else {}
     best: dict[int, float] = {
-        hit.chunk_id: hit.score for hit in backend.search(question, limit=limit)
+        hit.chunk_id: hit.score for hit in backend.search(question, limit=limit, **scope)
     }
     if previous_question:
-        for hit in backend.search(f"{previous_question} {question}", limit=limit):
+        for hit in backend.search(f"{previous_question} {question}", limit=limit, **scope):
             if hit.score > best.get(hit.chunk_id, -1.0):
                 best[hit.chunk_id] = hit.score
     ranked = sorted(best.items(), key=lambda item: (-item[1], item[0]))[:limit]

@@ -2,8 +2,8 @@
 
 Quick by default (under 4 minutes on 2 cores); ``BENCH_FULL=1`` adds the large sizes.
 A section that breaks is reported and skipped: benchmarks print figures, they never fail.
-Sections 7 (Redis part) and 8 use the local Redis and PostgreSQL (``bench.services``);
-without them they say why on stderr and are skipped.
+Sections 7 (Redis part), 8 and 9 (its PostgreSQL part) use the local Redis and
+PostgreSQL (``bench.services``); without them they say why on stderr and are skipped.
 """
 
 from __future__ import annotations
@@ -50,6 +50,7 @@ def main() -> int:
             pipeline,
             postgres,
             retrieval,
+            scoped_search,
             stream_relay,
             streaming,
         )
@@ -100,6 +101,7 @@ def main() -> int:
 
         section("retrieval latency", grown_corpus)
         section("retrieval on PostgreSQL", lambda: postgres.run(folder, full=FULL))
+        section("scoped search", lambda: scoped_search.run(folder, full=FULL))
         elapsed = time.perf_counter() - started
         # Sections ran in the order that shares databases best; print them by number.
         rows.sort(key=lambda row: row.section.split(" ", 1)[0])

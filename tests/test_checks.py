@@ -71,12 +71,28 @@ class BackendOfOurOwn:
 
     name = "own"
 
+    def search(self, query: str, *, limit: int, documents: object = None) -> list[object]:
+        return []
+
+
+class UnscopedBackend:
+    """A backend written before searches were scoped: it searches every document."""
+
+    name = "unscoped"
+
     def search(self, query: str, *, limit: int) -> list[object]:
         return []
 
 
 def test_a_backend_that_names_no_database_is_not_second_guessed(settings):
     assert ids({"SEARCH_BACKEND": "tests.test_checks.BackendOfOurOwn"}, settings) == []
+
+
+def test_a_backend_that_cannot_scope_its_search_is_refused(settings):
+    # Its scores and candidates would depend on documents the asker may not view.
+    assert ids({"SEARCH_BACKEND": "tests.test_checks.UnscopedBackend"}, settings) == [
+        "answers.E013"
+    ]
 
 
 def test_a_small_local_memory_stream_cache_is_warned_about(settings):

@@ -151,3 +151,89 @@ def test_the_shared_bound_is_fts5s_clamped_idf_times_k1_plus_1():
     assert bm25.idf(0, 10) == pytest.approx(math.log(10.5 / 0.5))  # a term the corpus lacks
     assert bm25.idf(5, 10) == bm25.MIN_IDF  # in half the rows: clamped as FTS5 does
     assert bm25.score_bound([1.0, 2.0]) == pytest.approx((bm25.K1 + 1) * 3.0)
+
+
+# --- the access scope (ADR 0009) ---------------------------------------------------------
+
+SCOPE_QUESTIONS = [
+    "What is a lambda expression?",
+    "Nightjar zeppelin hangar launch",
+    "zeppelin lambda expression",
+    "How does the with statement call a context manager?",
+    "lambda lambdas expression is in",
+    "is in for with not",
+    "Who won the football world cup?",
+]
+
+
+@pytest.mark.parametrize("limit", [1, 40])
+def test_an_outsiders_search_is_that_of_a_corpus_without_what_they_may_not_view(asker, limit):
+    from answers.selectors import document_list_visible
+
+    backend = get_search_backend()
+    scoped = {
+        q: backend.search(q, limit=limit, documents=document_list_visible(user=asker))
+        for q in SCOPE_QUESTIONS
+    }
+    Document.objects.filter(access=Document.Access.GROUPS).delete()
+    for question, hits in scoped.items():
+        unscoped = backend.search(question, limit=limit)
+        assert [h.chunk_id for h in hits] == [h.chunk_id for h in unscoped], question
+        for mine, theirs in zip(hits, unscoped, strict=True):
+            assert mine.score == pytest.approx(theirs.score, rel=1e-12), question
+
+
+def test_an_empty_scope_finds_nothing(django_user_model):
+    from answers.selectors import document_list_visible
+
+    inactive = django_user_model.objects.create_user(username="gone", is_active=False)
+    for documents in (Document.objects.none(), document_list_visible(user=inactive)):
+        assert get_search_backend().search("lambda expression", limit=5, documents=documents) == []
+
+
+@pytest.mark.skipif(connection.vendor != "sqlite", reason="the SQLite FTS5 index")
+@pytest.mark.parametrize("limit", [1, 5, 200])
+def test_the_scoped_formula_is_fts5s_own_bm25(limit):
+    # With nothing out of scope, the score computed from the vocabulary is FTS5's rank.
+    from answers.search.sqlite_fts5 import SQLiteFTS5Backend
+
+    backend = SQLiteFTS5Backend()
+    for question in SCOPE_QUESTIONS:
+        native = backend.search(question, limit=limit)
+        with connection.cursor() as cursor:
+            computed = backend.search_scoped(cursor, question, limit=limit, excluded={})
+        assert [h.chunk_id for h in computed] == [h.chunk_id for h in native], question
+        for mine, theirs in zip(computed, native, strict=True):
+            assert mine.score == pytest.approx(theirs.score, rel=1e-12), question
+
+
+@pytest.mark.skipif(connection.vendor != "sqlite", reason="the SQLite FTS5 index")
+def test_chunk_lengths_follow_every_write_to_the_index():
+    # The scoped search reads each chunk's length from answers_chunk_fts_length (migration
+    # 0005); it must be FTS5's own (docsize) after inserts, updates, renames and deletes.
+    from answers.search.sqlite_fts5 import _varints
+
+    result = ingest_text("t:lengths", "Two words", "one two three two")
+    document = result.document
+    long_chunk = Chunk.objects.create(  # a 3-byte varint: over 16383 tokens
+        document=document, ordinal=99, text="word " * 20_000, start=0, end=0
+    )
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT tokens FROM answers_chunk_fts_length WHERE id = %s", [long_chunk.pk])
+        assert cursor.fetchone()[0] == 20_000 + 2  # and the title's two words
+    Chunk.objects.filter(pk=long_chunk.pk).update(text="shorter " * 300)
+    Document.objects.filter(pk=document.pk).update(title="Now four title words")
+    result = ingest_text("t:lengths-gone", "Gone", "to be deleted")
+    result.document.delete()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT d.id, d.sz, l.tokens FROM answers_chunk_fts_docsize d "
+            "LEFT JOIN answers_chunk_fts_length l ON l.id = d.id"
+        )
+        rows = cursor.fetchall()
+        cursor.execute("SELECT count(*) FROM answers_chunk_fts_length")
+        (lengths,) = cursor.fetchone()
+    assert lengths == len(rows) == Chunk.objects.count()
+    assert all(tokens == sum(_varints(size)) for _, size, tokens in rows)
+    by_id = {pk: tokens for pk, _, tokens in rows}
+    assert by_id[long_chunk.pk] == 300 + 4

@@ -180,8 +180,8 @@ def test_scores_are_the_fts5_formula_over_the_stored_vectors(question, limit):
 class _Unpruned(PostgreSQLBackend):
     """Scores every matching chunk: what the pruned search must return, exactly."""
 
-    def _top(self, useful, idfs, doc_counts, avgdl, limit):  # type: ignore[no-untyped-def]
-        return self._score(useful, idfs, avgdl, useful, limit)
+    def _top(self, chunks, useful, idfs, doc_counts, avgdl, limit):  # type: ignore[no-untyped-def]
+        return self._score(chunks, useful, idfs, avgdl, useful, limit)
 
 
 @pytest.mark.parametrize("limit", [1, 5, 40])
@@ -198,9 +198,9 @@ def test_pruning_skips_chunks_that_hold_only_common_terms():
     scored: list[list[str]] = []
     original = backend._score
 
-    def spy(useful, idfs, avgdl, matching, limit):  # type: ignore[no-untyped-def]
+    def spy(chunks, useful, idfs, avgdl, matching, limit):  # type: ignore[no-untyped-def]
         scored.append(sorted(matching))
-        return original(useful, idfs, avgdl, matching, limit)
+        return original(chunks, useful, idfs, avgdl, matching, limit)
 
     backend._score = spy  # type: ignore[method-assign]
     assert backend.search("lambda expression", limit=5)

@@ -4,13 +4,24 @@ A backend returns chunk ids with a *normalized* score: 0..1, higher is better, a
 comparable across corpora and query lengths, so one ``SCORE_THRESHOLD`` means the same
 everywhere. How each backend normalizes is documented on the backend and in the README;
 the built-in ones (SQLite FTS5, PostgreSQL) share one formula (``bm25``, ADR 0003, 0007).
+
+A search is scoped to the documents the asker may view (ADR 0009): the backend searches
+only their chunks and computes every statistic of the score (N, the average length, each
+term's chunk count, the bound) over those chunks alone, so nothing the asker sees depends
+on a document they may not view.
 """
 
 from __future__ import annotations
 
+import inspect
 import re
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from django.db.models import QuerySet
+
+    from ..models import Document
 
 # Words that carry no topic. Dropping them keeps scores about the question's subject. The
 # list is short on purpose: words that are keywords in code ("with", "for", "is", "in",
@@ -52,6 +63,26 @@ class SearchBackend(Protocol):
     # "postgresql"): the system check then refuses it on any other database.
     name: str
 
-    def search(self, query: str, *, limit: int) -> list[SearchHit]:
-        """The best ``limit`` chunks for ``query``, best first, scores in 0..1."""
+    def search(
+        self, query: str, *, limit: int, documents: QuerySet[Document] | None = None
+    ) -> list[SearchHit]:
+        """The best ``limit`` chunks for ``query``, best first, scores in 0..1.
+
+        ``documents`` is the asker's access scope (``selectors.document_list_visible``):
+        only chunks of these documents may be returned, and the score's statistics must
+        be computed over those chunks only, so that hits, order and scores are the same
+        whatever else the index holds. ``None``: every document (tools, benchmarks).
+        A backend without this keyword is refused by system check answers.E013.
+        """
         ...
+
+
+def search_takes_scope(backend: Any) -> bool:
+    """Whether ``backend.search`` accepts the ``documents`` keyword (the access scope)."""
+    try:
+        parameters = inspect.signature(backend.search).parameters
+    except (AttributeError, TypeError, ValueError):
+        return False
+    return "documents" in parameters or any(
+        p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()
+    )

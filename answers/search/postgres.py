@@ -27,11 +27,16 @@ Differences from FTS5: snowball (Porter2) instead of the original Porter stemmer
 words stem differently; no diacritics folding ("café" does not match "cafe"); at most 256
 positions per lexeme and positions capped at 16383 (PostgreSQL's tsvector limits, far
 beyond a chunk of the default size).
+
+Access scope (ADR 0009): with ``documents``, every query above (each term's chunk count,
+N, avgdl, the scoring) runs on the chunks of those documents only, so N, n, avgdl and the
+bound are those of the asker's scope.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from django.contrib.postgres.search import SearchQuery, SearchVectorField
 from django.db import connection
@@ -41,6 +46,9 @@ from django.db.models.expressions import RawSQL
 from ..models import Chunk
 from . import bm25
 from .base import SearchHit, query_terms
+
+if TYPE_CHECKING:
+    from ..models import Document
 
 CONFIG = "answers_english"  # created by migration 0004
 
@@ -86,25 +94,30 @@ def _matching(lexemes: Sequence[str]) -> Q:
     return Q(search_vector=_tsquery(lexemes))
 
 
-def _chunks() -> QuerySet[Chunk]:
+def _chunks(documents: QuerySet[Document] | None) -> QuerySet[Chunk]:
+    """Chunks in the scope (of ``documents``; all when None), with their vector."""
     # The columns are not model fields (SQLite has none), so they come in as expressions.
-    return Chunk.objects.annotate(
+    chunks = Chunk.objects.annotate(
         search_vector=RawSQL('"answers_chunk"."search_vector"', [], SearchVectorField())
     )
+    return chunks if documents is None else chunks.filter(document__in=documents)
 
 
 class PostgreSQLBackend:
     name = "postgresql"
     vendor = "postgresql"  # the database it needs (a system check compares it)
 
-    def search(self, query: str, *, limit: int) -> list[SearchHit]:
+    def search(
+        self, query: str, *, limit: int, documents: QuerySet[Document] | None = None
+    ) -> list[SearchHit]:
         lexemes = self.lexemes(query_terms(query))
         if not lexemes:
             return []
-        doc_counts = self._doc_counts(set(lexemes))
+        chunks = _chunks(documents)
+        doc_counts = self._doc_counts(chunks, set(lexemes))
         if not any(doc_counts.values()):
             return []  # nothing matches: skip the scoring query
-        stats = Chunk.objects.aggregate(
+        stats = chunks.aggregate(
             rows=Count("*"),
             avgdl=Avg(RawSQL('"answers_chunk"."search_length"', [], FloatField())),
         )
@@ -117,11 +130,12 @@ class PostgreSQLBackend:
         # ~0) but would make nearly every row match and be scored. Leave it out, as FTS5's
         # plan does; when every term is that common, keep them all.
         useful = [lexeme for lexeme in lexemes if doc_counts[lexeme] < rows / 2] or lexemes
-        scored = self._top(useful, idfs, doc_counts, avgdl, limit)
+        scored = self._top(chunks, useful, idfs, doc_counts, avgdl, limit)
         return [SearchHit(chunk_id=pk, score=min(1.0, raw / bound)) for pk, raw in scored]
 
     def _top(
         self,
+        chunks: QuerySet[Chunk],
         useful: list[str],
         idfs: dict[str, float],
         doc_counts: dict[str, int],
@@ -149,7 +163,7 @@ class PostgreSQLBackend:
             held += doc_counts[lexeme]
             if held >= limit:
                 break
-        scored = self._score(useful, idfs, avgdl, first, limit)
+        scored = self._score(chunks, useful, idfs, avgdl, first, limit)
         skipped = by_rarity[len(first) :]
         if not skipped:
             return scored
@@ -160,10 +174,12 @@ class PostgreSQLBackend:
         # scoring more chunks can only raise the floor, so this pass is exact.
         while skipped and ceiling(skipped) > floor:
             skipped.pop(0)
-        return self._score(useful, idfs, avgdl, by_rarity[: len(by_rarity) - len(skipped)], limit)
+        matching = by_rarity[: len(by_rarity) - len(skipped)]
+        return self._score(chunks, useful, idfs, avgdl, matching, limit)
 
     def _score(
         self,
+        chunks: QuerySet[Chunk],
         useful: list[str],
         idfs: dict[str, float],
         avgdl: float,
@@ -175,8 +191,7 @@ class PostgreSQLBackend:
         params = [k1, k1, b, b, avgdl, useful, useful, [idfs[x] for x in useful], bm25.TITLE_WEIGHT]
         score = RawSQL(_BM25_SQL, params, FloatField())  # noqa: S611 (constant SQL, bound values)
         return list(
-            _chunks()
-            .filter(_matching(matching))
+            chunks.filter(_matching(matching))
             .annotate(bm25=score)
             .order_by("-bm25", "pk")
             .values_list("pk", "bm25")[:limit]
@@ -192,17 +207,10 @@ class PostgreSQLBackend:
             found = dict(cursor.fetchall())
         return [found[position] for position in range(1, len(terms) + 1) if found[position]]
 
-    def _doc_counts(self, lexemes: set[str]) -> dict[str, int]:
-        """How many chunks hold each lexeme: one pass over the rows that hold any."""
+    def _doc_counts(self, chunks: QuerySet[Chunk], lexemes: set[str]) -> dict[str, int]:
+        """How many of ``chunks`` hold each lexeme: one pass over the rows that hold any."""
         ordered = sorted(lexemes)
-        counts = (
-            _chunks()
-            .filter(_matching(ordered))
-            .aggregate(
-                **{
-                    f"n{i}": Count("pk", filter=_matching([lexeme]))
-                    for i, lexeme in enumerate(ordered)
-                }
-            )
+        counts = chunks.filter(_matching(ordered)).aggregate(
+            **{f"n{i}": Count("pk", filter=_matching([lexeme])) for i, lexeme in enumerate(ordered)}
         )
         return {lexeme: int(counts[f"n{i}"]) for i, lexeme in enumerate(ordered)}

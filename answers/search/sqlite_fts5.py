@@ -10,21 +10,67 @@ the query's terms bounds the raw score. The normalized score is the raw score di
 that bound, using FTS5's own idf (terms the corpus lacks count at the highest idf). It
 reads as "the share of the question's evidence this chunk carries": a question whose
 distinctive words the corpus never uses cannot score high, on any corpus.
+
+Access scope (ADR 0009): FTS5's ``bm25()`` always uses whole-table statistics, so it is
+used as it is only when the asker may view every chunk. Otherwise the same formula is
+computed over the chunks in scope: N and the total length are FTS5's own totals less
+those of the chunks out of scope (lengths kept per chunk by migration 0005's triggers);
+each term's chunk count is its matching rowids (FTS5 walks its doclist) that are in
+scope; each term's frequency in a chunk is solved from that term's whole-table
+``bm25()``, then rescored with the scope's statistics (``_SCOPED_BM25_SQL``). Each step
+is linear in the postings of the question's terms or in the chunks out of scope.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
+from django.core.exceptions import EmptyResultSet
 from django.db import connection
 from django.db.backends.utils import CursorWrapper
 
 from . import bm25
 from .base import SearchHit, query_terms
 
+if TYPE_CHECKING:
+    from django.db.models import QuerySet
+
+    from ..models import Document
+
 K1 = bm25.K1  # FTS5's built-in bm25() constant
 FTS_TABLE = "answers_chunk_fts"
 VOCAB_TABLE = "answers_chunk_fts_vocab"
+DATA_TABLE = "answers_chunk_fts_data"  # FTS5's shadow table: its totals are record 1
+LENGTH_TABLE = "answers_chunk_fts_length"  # each row's tokens, from docsize (migration 0005)
+EXCLUDED_TABLE = "temp.answers_search_excluded"  # per connection, like the scratch index
+
+# BM25 over the chunks in scope (ADR 0009). FTS5 gives, per chunk holding a term, the
+# term's bm25() with whole-table statistics, s = idf_all * f*(k1+1) / (f + K_all) with
+# K = k1*(1 - b + b*D/avgdl); D (the chunk's tokens) is kept by migration 0005. Solving
+# for the term frequency f (an integer: title instances count 2, text ones 1; rounded, as
+# the float error is far below 0.5 for any chunk), the term's share is recomputed with the
+# scope's idf and avgdl, and summed per chunk. Parameters: per term (its MATCH phrase),
+# then per term (t, idf_all, idf), avgdl_all, avgdl, limit.
+_SCOPED_BM25_SQL = """
+WITH m(t, doc, s) AS MATERIALIZED ({matches}),
+q(t, idf_all, idf) AS (VALUES {terms}),
+r AS MATERIALIZED (
+    SELECT m.doc AS doc, m.s / q.idf_all AS g, q.idf AS idf, l.tokens AS d
+    FROM m JOIN q ON q.t = m.t JOIN {lengths} AS l ON l.id = m.doc
+    WHERE m.doc NOT IN (SELECT id FROM {excluded})
+),
+k AS (
+    SELECT doc, g, idf,
+           {k1} * (1 - {b} + {b} * d / %s) AS k_all,
+           {k1} * (1 - {b} + {b} * d / %s) AS k
+    FROM r
+),
+f AS (SELECT doc, idf, k, round(g * k_all / ({k1} + 1 - g)) AS freq FROM k)
+SELECT doc, sum(idf * ((freq * ({k1} + 1.0)) / (freq + k))) AS raw
+FROM f GROUP BY doc ORDER BY raw DESC, doc LIMIT %s
+"""
+_MATCH_SQL = "SELECT {t}, rowid, -bm25({fts}, {title}, 1.0) FROM {fts} WHERE {fts} MATCH %s"
 _TOKENIZER = "porter unicode61 remove_diacritics 2"
 
 
@@ -32,12 +78,36 @@ def _quote(term: str) -> str:
     return '"' + term.replace('"', '""') + '"'
 
 
+def _varints(blob: bytes) -> list[int]:
+    """The SQLite varints FTS5 stores its sizes and totals in (big-endian, 7 bits a byte,
+    a 9th byte of 8 bits)."""
+    values, value, length = [], 0, 0
+    for byte in blob:
+        length += 1
+        if length == 9:
+            values.append((value << 8) | byte)
+            value = length = 0
+        elif byte & 0x80:
+            value = (value << 7) | (byte & 0x7F)
+        else:
+            values.append((value << 7) | byte)
+            value = length = 0
+    return values
+
+
 class SQLiteFTS5Backend:
     name = "sqlite-fts5"
     vendor = "sqlite"  # the database it needs (a system check compares it)
 
-    def search(self, query: str, *, limit: int) -> list[SearchHit]:
+    def search(
+        self, query: str, *, limit: int, documents: QuerySet[Document] | None = None
+    ) -> list[SearchHit]:
         with connection.cursor() as cursor:
+            excluded = self._excluded(cursor, documents)
+            if excluded is None:
+                return []  # an empty scope
+            if excluded:
+                return self.search_scoped(cursor, query, limit=limit, excluded=excluded)
             planned = self.plan(cursor, query)
             if planned is None:
                 return []
@@ -101,3 +171,95 @@ class SQLiteFTS5Backend:
     def _score_bound(stems: Iterable[str], doc_counts: dict[str, int], rows: int) -> float:
         # FTS5's idf, clamped the same way; a stem the corpus lacks gets the highest.
         return bm25.score_bound(bm25.idf(doc_counts.get(stem, 0), rows) for stem in stems)
+
+    def _excluded(
+        self, cursor: CursorWrapper, documents: QuerySet[Document] | None
+    ) -> dict[int, int] | None:
+        """The chunks outside ``documents`` (the scope), with their lengths in tokens;
+        None when the scope is empty."""
+        if documents is None:
+            return {}
+        # The access rule stays in the queryset (selectors): only its SQL is used here.
+        try:
+            scope, params = documents.order_by().values("pk").query.sql_with_params()
+        except EmptyResultSet:
+            return None
+        cursor.execute(
+            "SELECT c.id, l.tokens FROM answers_document d "  # noqa: S608
+            "JOIN answers_chunk c ON c.document_id = d.id "
+            f"JOIN {LENGTH_TABLE} l ON l.id = c.id WHERE d.id NOT IN ({scope})",
+            params,
+        )
+        return dict(cursor.fetchall())
+
+    def search_scoped(
+        self, cursor: CursorWrapper, query: str, *, limit: int, excluded: dict[int, int]
+    ) -> list[SearchHit]:
+        """FTS5's BM25 and bound over every chunk but ``excluded`` (module docstring)."""
+        stems = self._stems(cursor, query_terms(query))
+        if not stems:
+            return []
+        cursor.execute(f"SELECT block FROM {DATA_TABLE} WHERE id = 1")  # noqa: S608
+        totals = cursor.fetchone()
+        all_rows, *column_tokens = _varints(totals[0]) if totals else [0]
+        rows = all_rows - len(excluded)
+        tokens = sum(column_tokens) - sum(excluded.values())
+        if rows <= 0 or tokens <= 0:
+            return []
+        avgdl = float(tokens) / float(rows)  # as fts5_aux.c computes it
+        # Each stem's chunks in scope, matched as FTS5 matches the phrase (by its term).
+        doc_counts: dict[str, int] = {}
+        all_counts: dict[str, int] = {}  # over the whole table, as FTS5's bm25() counts
+        term_of: dict[str, str] = {}
+        for term, stem in stems.items():
+            if stem not in term_of:
+                term_of[stem] = term
+                cursor.execute(
+                    f"SELECT rowid FROM {FTS_TABLE} WHERE {FTS_TABLE} MATCH %s",  # noqa: S608
+                    [_quote(term)],
+                )
+                rowids = {rowid for (rowid,) in cursor.fetchall()}
+                all_counts[stem] = len(rowids)
+                doc_counts[stem] = len(rowids - excluded.keys())
+        idfs = {stem: bm25.idf(count, rows) for stem, count in doc_counts.items()}
+        bound = bm25.score_bound(idfs[stem] for stem in stems.values())
+        # The same plan as FTS5's: terms in half the chunks or more are not matched.
+        useful = [stem for stem in stems.values() if doc_counts[stem] < rows / 2]
+        useful = useful or list(stems.values())
+        # Only stems some chunk in scope holds: one held only out of scope adds nothing,
+        # and scoring its chunks would take time that depends on what is out of scope.
+        held = sorted({stem for stem in useful if doc_counts[stem]})
+        if not held:
+            return []
+        all_avgdl = float(sum(column_tokens)) / float(all_rows)
+        matches = " UNION ALL ".join(
+            _MATCH_SQL.format(t=t, fts=FTS_TABLE, title=float(bm25.TITLE_WEIGHT))
+            for t in range(len(held))
+        )
+        sql = _SCOPED_BM25_SQL.format(
+            matches=matches,
+            terms=", ".join(["(%s, %s, %s)"] * len(held)),
+            lengths=LENGTH_TABLE,
+            excluded=EXCLUDED_TABLE,
+            k1=float(bm25.K1),
+            b=float(bm25.B),
+        )
+        params: list[str | int | float] = [_quote(term_of[stem]) for stem in held]
+        for t, stem in enumerate(held):
+            # A stem weighs its scoped idf once per query term that has it (FTS5 phrases).
+            params += [t, bm25.idf(all_counts[stem], all_rows), idfs[stem] * useful.count(stem)]
+        params += [all_avgdl, avgdl, limit]
+        # The chunks out of scope, for the statement to skip (a keyed scratch table).
+        cursor.execute(
+            f"CREATE TEMP TABLE IF NOT EXISTS {EXCLUDED_TABLE.split('.')[1]} "
+            "(id INTEGER PRIMARY KEY)"
+        )
+        cursor.execute(f"DELETE FROM {EXCLUDED_TABLE}")  # noqa: S608
+        cursor.executemany(
+            f"INSERT INTO {EXCLUDED_TABLE}(id) VALUES (%s)",  # noqa: S608
+            [(pk,) for pk in excluded],
+        )
+        cursor.execute(sql, params)
+        return [
+            SearchHit(chunk_id=pk, score=min(1.0, raw / bound)) for pk, raw in cursor.fetchall()
+        ]

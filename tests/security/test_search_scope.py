@@ -1,0 +1,131 @@
+"""Non-interference: nothing an outsider observes depends on documents they may not view.
+
+Scores (BM25's N, average length, each term's chunk count, the bound), the order of hits,
+which sources survive the threshold, ``no_answer`` and the answer text are computed over
+the asker's access scope only (ADR 0009). These run on whichever database the suite runs
+on (SQLite FTS5 here, PostgreSQL in CI's second run), through the JSON ask endpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import Group
+from django.test import Client
+
+from answers import selectors, services
+from answers.models import Document, RetrievedSource
+from answers.registry import get_search_backend
+from tests.security.support import bearer, post_json
+
+pytestmark = pytest.mark.django_db
+
+MEMO_KEY = "vault:memo"
+PROBES = ["lambda expression 7731", "lambda expression 7732"]
+
+
+def vault_memo(secret: str) -> None:
+    """The restricted memo: the same text but for one word, said many times."""
+    vault, _ = Group.objects.get_or_create(name="vault")
+    body = " ".join(
+        [f"The lambda expression {secret} is our vault memo.", *[secret] * 40, "lambda"] * 3
+    )
+    services.document_ingest(
+        source_key=MEMO_KEY, title=f"Vault memo {secret}", body=body, group=vault, chunk_size=1200
+    )
+
+
+def observed(client: Client, headers: dict[str, str], question: str) -> str:
+    """The ask endpoint's JSON body as bytes, less what differs per ask (its ids)."""
+    response = post_json(client, "/api/answers", {"question": question}, **headers)
+    assert response.status_code == 200, response.content
+    body: dict[str, Any] = response.json()
+    answer_id = body.pop("answer_id")
+    body.pop("conversation_id")
+    text = json.dumps(body, sort_keys=True)
+    return re.sub(rf"answer-{answer_id}-", "answer-N-", text)
+
+
+def test_a_restricted_word_changes_nothing_an_outsider_sees(client, asker, quiet_questions):
+    headers = bearer(asker)
+    seen: dict[str, list[str]] = {}
+    for secret in ("7731", "7732"):
+        vault_memo(secret)  # re-ingesting the same key: the corpora differ only in the memo
+        seen[secret] = [observed(client, headers, probe) for probe in PROBES]
+    Document.objects.filter(source_key=MEMO_KEY).delete()
+    seen["absent"] = [observed(client, headers, probe) for probe in PROBES]
+    (first, *others) = [probe for answers in seen.values() for probe in answers]
+    assert json.loads(first)["status"] == "complete"
+    assert json.loads(first)["references"], first
+    # Byte-identical: with the memo saying 7731, saying 7732, or not there at all, and
+    # whichever of the two words is asked about.
+    assert all(other == first for other in others), seen
+
+
+def test_a_vault_member_gets_statistics_over_what_they_may_view(member):
+    # The scope is per asker: a member's scores count the memo's chunks, an outsider's not.
+    vault_memo("7731")
+    backend = get_search_backend()
+    member_docs = selectors.document_list_visible(user=member)
+    hits = backend.search("lambda expression 7731", limit=5, documents=member_docs)
+    assert Document.objects.get(chunks__pk=hits[0].chunk_id).source_key == MEMO_KEY
+
+
+def test_restricted_documents_cannot_push_a_public_one_out_of_the_candidates(
+    client, asker, quiet_questions, settings
+):
+    settings.ANSWERS = {**settings.ANSWERS, "CANDIDATES": 3}
+    vault, _ = Group.objects.get_or_create(name="vault")
+    services.document_ingest(
+        source_key="t:okapi",
+        title="Okapi care",
+        body="The okapi eats leaves. Keepers weigh each okapi weekly.",
+        chunk_size=1200,
+    )
+    for i in range(5):  # each scores above the public document for this question
+        services.document_ingest(
+            source_key=f"vault:okapi-{i}",
+            title=f"Okapi okapi dossier {i}",
+            body=" ".join(["okapi"] * 30),
+            group=vault,
+            chunk_size=1200,
+        )
+    response = post_json(client, "/api/answers", {"question": "okapi"}, **bearer(asker))
+    assert response.status_code == 200, response.content
+    body = response.json()
+    assert body["status"] == "complete", body
+    assert [r["title"] for r in body["references"]] == ["Okapi care"]
+
+
+class UnscopedBackend:
+    """A third-party backend written before scoping (system check answers.E013)."""
+
+    name = "unscoped"
+
+    def search(self, query: str, *, limit: int) -> list[Any]:
+        from django.db import connection
+        from django.utils.module_loading import import_string
+
+        from answers.conf import _SEARCH_BACKENDS
+
+        builtin = import_string(_SEARCH_BACKENDS[connection.vendor])()
+        return list(builtin.search(query, limit=limit))
+
+
+def test_a_backend_that_cannot_scope_still_never_shows_what_the_asker_may_not_view(
+    client, asker, quiet_questions, settings
+):
+    # E013 refuses it at start-up; silenced, it still works, and the pipeline still drops
+    # every source the asker may not view (only the scores leak, as E013 says).
+    settings.ANSWERS = {**settings.ANSWERS, "SEARCH_BACKEND": f"{__name__}.UnscopedBackend"}
+    question = "What is the Nightjar zeppelin launch plan?"
+    response = post_json(client, "/api/answers", {"question": question}, **bearer(asker))
+    assert response.status_code == 200, response.content
+    assert "Nightjar" not in json.dumps(response.json()["references"])
+    assert "hangar nine" not in response.json()["text"]
+    # It did return the restricted chunks; they were dropped after the search.
+    dropped = RetrievedSource.objects.filter(question__answer__pk=response.json()["answer_id"])
+    assert {r.dropped_reason for r in dropped if r.document.access == "groups"} == {"no_access"}
