@@ -210,7 +210,7 @@ def test_the_scoped_formula_is_fts5s_own_bm25(limit):
 @pytest.mark.skipif(connection.vendor != "sqlite", reason="the SQLite FTS5 index")
 def test_chunk_lengths_follow_every_write_to_the_index():
     # The scoped search reads each chunk's length from answers_chunk_fts_length (migration
-    # 0005); it must be FTS5's own (docsize) after inserts, updates, renames and deletes.
+    # 0006); it must be FTS5's own (docsize) after inserts, updates, renames and deletes.
     from answers.search.sqlite_fts5 import _varints
 
     result = ingest_text("t:lengths", "Two words", "one two three two")
