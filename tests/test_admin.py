@@ -478,9 +478,19 @@ def review_case(django_user_model, member, asker, other_asker):  # type: ignore[
     services.feedback_record(answer=vault, user=member, rating="down", comment=VAULT_FEEDBACK)
     public = _answer(asker, "What is a lambda expression?")
     dropped = _answer(other_asker, "Nightjar zeppelin hangar lambda expression")
-    assert RetrievedSource.objects.filter(
-        question=dropped.question, dropped_reason=RetrievedSource.Dropped.NO_ACCESS
-    ).exists(), "the outsider's search found vault chunks and dropped them"
+    # Scoped search (ADR 0009) never retrieves vault chunks for an outsider, but answers
+    # stored before it, or by a backend that cannot scope, hold such candidates: record
+    # them as the after-search filter does.
+    vault_chunk = Chunk.objects.filter(document__title__in=VAULT_TITLES).first()
+    assert vault_chunk is not None
+    RetrievedSource.objects.create(
+        question=dropped.question,
+        document=vault_chunk.document,
+        chunk=vault_chunk,
+        rank=RetrievedSource.objects.filter(question=dropped.question).count() + 1,
+        score=0.5,
+        dropped_reason=RetrievedSource.Dropped.NO_ACCESS,
+    )
     return {
         "vault": vault,
         "public": public,
