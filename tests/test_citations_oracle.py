@@ -127,3 +127,30 @@ def test_the_oracle_sees_what_the_issue_describes() -> None:
     text = "Wrap the code in ``` like this:\n```python\nx = 1\n```\nThis works [2] and [9]."
     assert oracle_markers(text) == ["[2]", "[9]"] == module_markers(text)
     assert oracle_markers("[wiki](https://x/Foo_(bar)[9]) [1]") == ["[1]"]
+
+
+# --- The fast path for plain answers ----------------------------------------------------
+
+PLAIN = [
+    "a", "word", "x.", " ", ",", "[1]", "[2]", "[12]", "[1, 2]", "[1-2]", "[", "]", "(", ")",
+    "`", "`a[1]`", "`b [2] c`", "[x](u)", "[1](http://x/a)", "![i](u)", "[see](u (x))",
+    "*", "_", "**", "~~", "&#91;1]", "!", ":", "-", "#", "=", "1.", "``", "|", "<", "\\",
+]  # fmt: skip
+PLAIN_PREFIXES = ["", "", "", "", " ", "   ", "    ", "```", "~~~", "```py", "- ", "> ", "# "]
+plain_lines = st.builds(
+    lambda prefix, pieces: prefix + "".join(pieces),
+    st.sampled_from(PLAIN_PREFIXES),
+    st.lists(st.sampled_from(PLAIN), max_size=8),
+)
+plain_documents = st.lists(plain_lines, max_size=10).map("\n".join)
+
+
+@settings(max_examples=1500, deadline=None)
+@given(st.one_of(plain_documents, documents))
+def test_the_fast_path_agrees_with_the_parser_whenever_it_answers(text: str) -> None:
+    from answers.citations import _analyze, _fast_markers
+
+    fast = _fast_markers(text)
+    if fast is not None:
+        assert fast == _analyze(text).markers
+        assert module_markers(text) == oracle_markers(text)
