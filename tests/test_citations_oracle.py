@@ -76,12 +76,19 @@ PREFIXES = [
     "===", "   ", "[1]: ", "\t",
 ]  # fmt: skip
 
-lines = st.builds(
-    lambda prefix, pieces: prefix + "".join(pieces),
-    st.sampled_from(PREFIXES),
-    st.lists(st.sampled_from(INLINE), max_size=8),
-)
-documents = st.lists(lines, max_size=10).map("\n".join)
+
+
+def markdown_documents(prefixes: list[str], pieces: list[str]) -> st.SearchStrategy[str]:
+    """Up to ten lines, each a block prefix followed by inline pieces."""
+    line = st.builds(
+        lambda prefix, parts: prefix + "".join(parts),
+        st.sampled_from(prefixes),
+        st.lists(st.sampled_from(pieces), max_size=8),
+    )
+    return st.lists(line, max_size=10).map("\n".join)
+
+
+documents = markdown_documents(PREFIXES, INLINE)
 
 
 @settings(max_examples=1500, deadline=None)
@@ -137,12 +144,7 @@ PLAIN = [
     "*", "_", "**", "~~", "&#91;1]", "!", ":", "-", "#", "=", "1.", "``", "|", "<", "\\",
 ]  # fmt: skip
 PLAIN_PREFIXES = ["", "", "", "", " ", "   ", "    ", "```", "~~~", "```py", "- ", "> ", "# "]
-plain_lines = st.builds(
-    lambda prefix, pieces: prefix + "".join(pieces),
-    st.sampled_from(PLAIN_PREFIXES),
-    st.lists(st.sampled_from(PLAIN), max_size=8),
-)
-plain_documents = st.lists(plain_lines, max_size=10).map("\n".join)
+plain_documents = markdown_documents(PLAIN_PREFIXES, PLAIN)
 
 
 @settings(max_examples=1500, deadline=None)
