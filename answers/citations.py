@@ -346,7 +346,9 @@ def _analyze(text: str, *, hazards: bool = False) -> _Analysis:
             row = token.map[0]
             line_cursor[row] = line_cursor.get(row, 0) + len(_MARKER.findall(token.content))
         if token_hazards and _still_open(token, cell, len(line_starts)):
-            at_text_end = normalized.endswith(token.content)
+            # At-end hazards count while the block's text may run to the very end of the
+            # text (container prefixes make an exact comparison unreliable: err on holding).
+            at_text_end = normalized[-1:] not in ("", " ", "\t", "\n")
             for offset in token_hazards:
                 if offset < 0:  # an at-end hazard
                     if not at_text_end:
@@ -424,10 +426,11 @@ def _place(
 # links and top-level fences. For those, one regular expression finds exactly what the
 # parser would (the oracle test holds it to that); anything else, anywhere, and the
 # parser decides. Every branch opens with a literal character, and none can backtrack
-# over more than its own line or block.
+# over more than its own line or block. A fence opener holding ``|`` may be a table's
+# header row instead, so it goes to the parser.
 _FAST = re.compile(
     r"""
-      \n(?P<fence>[ ]{0,3}(?P<mark>`{3,}(?=[^`\n]*(?:\n|\Z))|~{3,})[^\n]*
+      \n(?P<fence>[ ]{0,3}(?P<mark>`{3,}(?=[^`\n]*(?:\n|\Z))|~{3,})[^\n|]*(?=\n|\Z)
         (?:\n[\s\S]*?)??(?:\n[ ]{0,3}(?P=mark)(?:(?<=`)`*|(?<=~)~*)[ \t]*(?=\n|\Z)|\Z))
     | \n(?P<block>[ ]*(?:[>\-+*\#=_~]|\d{1,9}[.)]))
     | (?P<other>``|[<\\|\r\t\uff3b\u3010])
