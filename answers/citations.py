@@ -434,7 +434,7 @@ _FAST = re.compile(
         (?:\n[\s\S]*?)??(?:\n[ ]{0,3}(?P=mark)(?:(?<=`)`*|(?<=~)~*)[ \t]*(?=\n|\Z)|\Z))
     | \n(?P<block>[ ]*(?:[>\-+*\#=_~]|\d{1,9}[.)]))
     | (?P<other>``|[<\\|\r\t\uff3b\u3010])
-    | `[^`\n|]*(?:\n(?![ \t]*\n)(?![ ]{0,3}(?:```|~~~))[^`\n|]*)*`(?!`)
+    | `[^`\n|]*(?:\n(?![ \t]*\n)(?![ ]*(?:[>\-+*\#=_~`]|\d{1,9}[.)]))[^`\n|]*)*`(?!`)
     | !?\[[^\[\]`\n]*\]\([^\s()<>`\[\]\\]*\)
     | \[(?P<marker>BODY)\](?P<paren>\()?
     | (?P<bracket>[`\[\]])
@@ -507,9 +507,15 @@ def rewrite_markers(
     if all(decision is None for decision in decisions):
         return text
     emptied = _emptied_lines(text, marker_list, decisions)
+    # Where each run of adjacent dropped markers ends: "`[8][9]`" must be judged by the
+    # backticks either side of the whole run, not by the next marker's bracket.
+    run_ends = [marker.end for marker in marker_list]
+    for index in range(len(marker_list) - 2, -1, -1):
+        if decisions[index + 1] == "" and marker_list[index + 1].start == marker_list[index].end:
+            run_ends[index] = run_ends[index + 1]
     pieces: list[str] = []
     position = 0
-    for marker, replacement in zip(marker_list, decisions, strict=True):
+    for index, (marker, replacement) in enumerate(zip(marker_list, decisions, strict=True)):
         if replacement is None or marker.start < position:
             continue
         between = text[position : marker.start]
@@ -523,7 +529,14 @@ def rewrite_markers(
             if fate == ZERO_WIDTH_SPACE:
                 replacement = fate
             else:
-                between, replacement = _drop(text, marker, line_start, between)
+                between, replacement = _drop(
+                    text,
+                    marker,
+                    line_start,
+                    between,
+                    following=text[run_ends[index] : run_ends[index] + 1],
+                    written=_last_written(pieces),
+                )
         pieces.append(between)
         pieces.append(replacement)
         position = marker.end
@@ -531,9 +544,22 @@ def rewrite_markers(
     return "".join(pieces)
 
 
-def _drop(text: str, marker: Marker, line_start: int, between: str) -> tuple[str, str]:
-    """What replaces a dropped marker, and the text before it, on a line that keeps text."""
-    following = text[marker.end : marker.end + 1]
+def _last_written(pieces: list[str]) -> str:
+    """The last character of the output so far."""
+    for piece in reversed(pieces):
+        if piece:
+            return piece[-1]
+    return ""
+
+
+def _drop(
+    text: str, marker: Marker, line_start: int, between: str, *, following: str, written: str
+) -> tuple[str, str]:
+    """What replaces a dropped marker, and the text before it, on a line that keeps text.
+
+    ``following`` is the character after the run of dropped markers this one starts or
+    continues; ``written`` the last character of the output before ``between``.
+    """
     before = text[line_start : marker.start]
     if _STRUCTURAL_ONLY.fullmatch(before) and following not in ("", " ", "\t", "\n", "\r"):
         # First text of its line: what follows could become a list item, a heading or a
@@ -543,7 +569,7 @@ def _drop(text: str, marker: Marker, line_start: int, between: str) -> tuple[str
         before.rstrip(" \t")
     ):
         between = between.rstrip(" \t")
-    left = between[-1:] or text[marker.start - 1 : marker.start]
+    left = between[-1:] or written
     joins = left in _JOINS_LEFT or following in _JOINS_RIGHT or (left, following) in _JOINS
     if left.strip() and following.strip() and joins:
         # "``[9]`" would make one run of three backticks, "<[9]http:x>" an autolink.

@@ -80,6 +80,9 @@ EXAMPLES = [
     # A dropped marker takes the spaces and tabs before it, never a newline.
     ("see [9].", 3, "see.", "see.", None),
     ("see [9]. And [2].", 3, "see. And [2].", "see. And [1].", ["s2"]),
+    # Adjacent dropped markers are one run: judged by what follows the whole run.
+    ("see [8][9].", 3, "see.", "see.", None),
+    ("`[1]`[8][9]`", 3, "`[1]`\u200b`", "`[1]`\u200b`", None),
     ("Tabs \t[0] end", 3, "Tabs end", "Tabs end", None),
     ("[0] x [1]", 1, " x [1]", " x [1]", ["s1"]),
     ("line\n[9] next [1]", 1, "line\n next [1]", "line\n next [1]", ["s1"]),
@@ -475,8 +478,13 @@ def apply_drops(text: str, spans: list[tuple[int, int, str | None]]) -> str:
             fate[line_start] = min(line_end + 1, len(text))
         elif _STRUCTURE.fullmatch(left):
             fate[line_start] = "\u200b"
+    # A run of adjacent dropped markers is judged by what follows the whole run.
+    run_end = [end for _, end, _ in spans]
+    for i in range(len(spans) - 2, -1, -1):
+        if spans[i + 1][2] == "" and spans[i + 1][0] == spans[i][1]:
+            run_end[i] = run_end[i + 1]
     out, position = [], 0
-    for start, end, replacement in spans:
+    for i, (start, end, replacement) in enumerate(spans):
         if replacement is None or start < position:
             continue
         between = text[position:start]
@@ -487,7 +495,7 @@ def apply_drops(text: str, spans: list[tuple[int, int, str | None]]) -> str:
                 out.append(text[position:line_start])
                 position = line_fate
                 continue
-            after = text[end : end + 1]
+            after = text[run_end[i] : run_end[i] + 1]
             before = text[line_start:start]
             if line_fate is not None:
                 replacement = str(line_fate)
@@ -498,7 +506,7 @@ def apply_drops(text: str, spans: list[tuple[int, int, str | None]]) -> str:
                     before.rstrip(" \t")
                 ):
                     between = between.rstrip(" \t")
-                left = between[-1:] or text[start - 1 : start]
+                left = between[-1:] or "".join(out)[-1:]
                 if (
                     left.strip()
                     and after.strip()
