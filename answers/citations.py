@@ -263,6 +263,7 @@ class _Analysis:
     hazard: int  # first position whose reading may still change (streaming only)
     line_starts: list[int]
     blocks: list[tuple[int, int]] = field(default_factory=list)  # top-level line ranges
+    fence_open: bool = False  # a fence (at any depth) runs to the end of the text
 
 
 def _normalized(text: str) -> tuple[str, list[int] | None]:
@@ -363,11 +364,16 @@ def _analyze(text: str, *, hazards: bool = False) -> _Analysis:
         for token in tokens
         if token.level == 0 and token.nesting >= 0 and token.map is not None
     ]
+    last_line = len(line_starts) - 1
+    fence_open = any(
+        token.type == "fence" and token.map is not None and token.map[1] >= last_line
+        for token in tokens
+    )
     if mapping is not None:
         markers = [Marker(mapping[m.start], mapping[m.end], m.numbers) for m in markers]
         hazard = mapping[hazard]
         line_starts = [mapping[start] for start in line_starts]
-    return _Analysis(text, markers, hazard, line_starts, blocks)
+    return _Analysis(text, markers, hazard, line_starts, blocks, fence_open)
 
 
 def _still_open(token: Token, cell: bool, lines: int) -> bool:
@@ -422,20 +428,30 @@ def _place(
 
 # --- A fast path for plain answers ------------------------------------------------------
 #
-# Most answers are paragraphs of prose with markers, single-backtick code spans, simple
-# links and top-level fences. For those, one regular expression finds exactly what the
-# parser would (the oracle test holds it to that); anything else, anywhere, and the
-# parser decides. Every branch opens with a literal character, and none can backtrack
-# over more than its own line or block. A fence opener holding ``|`` may be a table's
-# header row instead, so it goes to the parser.
+# Most answers are paragraphs of prose with markers, code spans, simple links and
+# top-level fences. For those, one regular expression finds exactly what the parser would
+# (the oracle test holds it to that); anything else, anywhere, and the parser decides.
+# Every branch opens with a literal character, and none can backtrack over more than its
+# own line or block.
+# - A fence opener holding ``|`` may be a table's header row, so it goes to the parser.
+# - Any line starting a block (list, quote, heading, setext or table delimiter row, hr)
+#   goes to the parser; so without one there is no table and ``|`` is plain text.
+# - ``<`` before a run that could be an autolink goes to the parser only if the run holds
+#   a backtick, bracket or backslash; otherwise its reading is the same either way.
+# - A backslash escape is consumed with the character it escapes.
 _FAST = re.compile(
     r"""
-      \n(?P<fence>[ ]{0,3}(?P<mark>`{3,}(?=[^`\n]*(?:\n|\Z))|~{3,})[^\n|]*(?=\n|\Z)
+      (?P<reset>\n[ \t]*(?=\n[A-Za-z]))
+    | \n(?P<fence>[ ]{0,3}(?P<mark>`{3,}(?=[^`\n]*(?:\n|\Z))|~{3,})[^\n|]*(?=\n|\Z)
         (?:\n[\s\S]*?)??(?:\n[ ]{0,3}(?P=mark)(?:(?<=`)`*|(?<=~)~*)[ \t]*(?=\n|\Z)|\Z))
-    | \n(?P<block>[ ]*(?:[>\-+*\#=_~]|\d{1,9}[.)]))
-    | (?P<other>``|[<\\|\r\t\uff3b\u3010])
-    | `[^`\n|]*(?:\n(?![ \t]*\n)(?![ ]*(?:[>\-+*\#=_~`]|\d{1,9}[.)]))[^`\n|]*)*`(?!`)
-    | !?\[[^\[\]`\n]*\]\([^\s()<>`\[\]\\]*\)
+    | \n(?P<block>[ ]*(?:[>\-+*\#=_~|:]|\d{1,9}[.)]))
+    | (?P<other>``|[\r\t\uff3b\u3010])
+    | <[^<>\x00-\x20`\[\]\\]*>
+    | <(?![^<>\x00-\x20]*>)
+    | (?P<angle><)
+    | \\[!-/:-@\[-`{-~]?
+    | `[^`\n]*(?:\n(?![ \t]*\n)(?![ ]*(?:[>\-+*\#=_~`|:]|\d{1,9}[.)]))[^`\n]*)*`(?!`)
+    | !?\[[^\[\]`\n\\]*\]\([^\s()<>`\[\]\\]*\)
     | \[(?P<marker>BODY)\](?P<paren>\()?
     | (?P<bracket>[`\[\]])
     """.replace("BODY", _BODY),
@@ -443,16 +459,66 @@ _FAST = re.compile(
 )
 
 
+_FALLBACK = frozenset(("block", "other", "angle", "bracket", "paren"))
+_RESET = re.compile(r"\n[ \t]*(?=\n[A-Za-z])")
+
+
 def _fast_markers(text: str) -> list[Marker] | None:
     """The markers of ``text`` if it is a plain answer (see above), else None."""
     markers = []
     for match in _FAST.finditer("\n" + text):
         kind = match.lastgroup
-        if kind in ("block", "other", "bracket", "paren"):
+        if kind in _FALLBACK:
             return None
         if match.start("marker") != -1:
             # Offsets are shifted by one for the leading "\n".
             markers.append(Marker(match.start() - 1, match.end() - 1, _numbers(match[0])))
+    return markers
+
+
+def _segmented_markers(text: str) -> list[Marker]:
+    """The markers of ``text``: the fast path wherever it can read, the parser elsewhere.
+
+    A line that starts with a letter after a blank line starts a top-level block with
+    nothing open (no container continues past it, and reference definitions are off),
+    unless a fence is still open. So the text splits there into parts read on their own:
+    a part the fast path gives up on goes to the parser from the last such line before
+    the trouble to the first one after it, or to the end if a fence is open there.
+    """
+    padded = "\n" + text  # padded[i] is text[i - 1]; a part starting at i is padded[i:]
+    markers: list[Marker] = []
+    position = 0
+    while position < len(padded):
+        part_start = position
+        part_markers: list[Marker] = []
+        fallback_at = -1
+        for match in _FAST.finditer(padded, position):
+            kind = match.lastgroup
+            if kind == "reset":
+                markers.extend(part_markers)
+                part_markers = []
+                part_start = match.end()
+            elif kind in _FALLBACK:
+                fallback_at = match.end()
+                break
+            elif match.start("marker") != -1:
+                part_markers.append(Marker(match.start() - 1, match.end() - 1, _numbers(match[0])))
+        if fallback_at == -1:
+            markers.extend(part_markers)
+            break
+        # The parser reads text[part_start:part_end] (padded[part_start] is its "\n").
+        reset = _RESET.search(padded, fallback_at)
+        part_end = len(text) if reset is None else reset.end()
+        analysis = _analyze(text[part_start:part_end])
+        if analysis.fence_open and part_end < len(text):
+            part_end = len(text)  # a fence runs on: the rest in one parse, never re-parsed
+            analysis = _analyze(text[part_start:])
+        markers.extend(
+            Marker(m.start + part_start, m.end + part_start, m.numbers) for m in analysis.markers
+        )
+        if part_end == len(text):
+            break
+        position = part_end
     return markers
 
 
@@ -468,8 +534,7 @@ def iter_markers(text: str) -> Iterator[Marker]:
     if last_text is not text:
         # strip returns its input itself when it changes nothing, so finalize right after
         # it finds that same object here and is spared a second parse.
-        fast = _fast_markers(text)
-        last_markers = _analyze(text).markers if fast is None else fast
+        last_markers = _segmented_markers(text)
         _LAST = (text, last_markers)
     return iter(last_markers)
 
@@ -537,11 +602,39 @@ def rewrite_markers(
                     following=text[run_ends[index] : run_ends[index] + 1],
                     written=_last_written(pieces),
                 )
+        elif (
+            _HAS_SPACE.search(text, marker.start, marker.end)
+            and not _HAS_SPACE.search(replacement)
+            and _may_be_in_destination(text, marker.start)
+        ):
+            # "[x]([ 2 ])" is no link because of the space; "[x]([1])" would be one.
+            replacement = replacement[0] + " " + replacement[1:-1] + " " + replacement[-1]
         pieces.append(between)
         pieces.append(replacement)
         position = marker.end
     pieces.append(text[position:])
     return "".join(pieces)
+
+
+_HAS_SPACE = re.compile(r"[ \u3000]")
+
+
+def _may_be_in_destination(text: str, start: int) -> bool:
+    """Whether ``start`` may lie in a link destination: a run without whitespace leads
+    back to ``](``, or blanks with at most one line break do. Each step looks only at
+    the run just before ``start``, so the calls for all markers stay linear."""
+    position = start
+    while position > 0 and not text[position - 1].isspace():
+        if text[position - 1] == "(" and text[position - 2 : position - 1] == "]":
+            return True
+        position -= 1
+    if position == start:  # right after whitespace: the destination may start here
+        newlines = 0
+        while position > 0 and text[position - 1] in " \t\n":
+            newlines += text[position - 1] == "\n"
+            position -= 1
+        return newlines <= 1 and text[position - 2 : position] == "]("
+    return False
 
 
 def _last_written(pieces: list[str]) -> str:

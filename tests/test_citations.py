@@ -80,6 +80,11 @@ EXAMPLES = [
     # A dropped marker takes the spaces and tabs before it, never a newline.
     ("see [9].", 3, "see.", "see.", None),
     ("see [9]. And [2].", 3, "see. And [2].", "see. And [1].", ["s2"]),
+    # Respelling never turns text into a link: a space that kept "(...)" from being a
+    # destination stays (found by the oracle test).
+    ("[2]([ 2 ]`[1]`)", 2, "[2]([ 2 ]`[1]`)", "[1]([ 1 ]`[1]`)", ["s2"]),
+    ("[x]([1, 9])", 1, "[x]([ 1 ])", "[x]([ 1 ])", ["s1"]),
+    ("[x](\n[ 2 ])", 2, "[x](\n[ 2 ])", "[x](\n[ 1 ])", ["s2"]),
     # Adjacent dropped markers are one run: judged by what follows the whole run.
     ("see [8][9].", 3, "see.", "see.", None),
     ("`[1]`[8][9]`", 3, "`[1]`\u200b`", "`[1]`\u200b`", None),

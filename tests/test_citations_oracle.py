@@ -108,6 +108,7 @@ def _render(text: str, count: int) -> BeautifulSoup:
 @given(documents, st.integers(0, 4))
 # Dropping "[1][1]" must not join the backticks either side into one run.
 @example("`[1]`[1][1]`", 0)
+@example("[2]([ 2 ]`[1]`)", 2)
 def test_the_page_links_exactly_the_markers_the_final_text_keeps(text: str, count: int) -> None:
     stripped = strip_out_of_range_markers(text, count)
     result = finalize_citations(stripped, list(range(count)))
@@ -146,8 +147,13 @@ PLAIN = [
     "a", "word", "x.", " ", ",", "[1]", "[2]", "[12]", "[1, 2]", "[1-2]", "[", "]", "(", ")",
     "`", "`a[1]`", "`b [2] c`", "[x](u)", "[1](http://x/a)", "![i](u)", "[see](u (x))",
     "*", "_", "**", "~~", "&#91;1]", "!", ":", "-", "#", "=", "1.", "``", "|", "<", "\\",
+    ">", "a|b", "<http://x>", "<http://x[1]>", "<a@b.c>", "<x`>", "x < y", "<c 'i'>", "<",
+    "\\[1]", "\\\\", "\\`", "\\]", "\\(", "\\", "[a\\](u)", "`a\\`", "<h:`x`>",
 ]  # fmt: skip
-PLAIN_PREFIXES = ["", "", "", "", " ", "   ", "    ", "```", "~~~", "```py", "- ", "> ", "# "]
+PLAIN_PREFIXES = [
+    "", "", "", "", " ", "   ", "    ", "```", "~~~", "```py", "- ", "> ", "# ", "|", ":-",
+    "-|-", "| --- |", "a | b",
+]  # fmt: skip
 plain_documents = markdown_documents(PLAIN_PREFIXES, PLAIN)
 
 
@@ -162,3 +168,22 @@ def test_the_fast_path_agrees_with_the_parser_whenever_it_answers(text: str) -> 
     if fast is not None:
         assert fast == _analyze(text).markers
         assert module_markers(text) == oracle_markers(text)
+
+
+# Answers of several blocks: plain parts and parts only the parser reads, apart.
+mixed_answers = st.lists(st.one_of(plain_documents, documents), min_size=1, max_size=6).map(
+    "\n\n".join
+)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(mixed_answers)
+# A fence inside a list ends with the list; the next fence is top-level and runs on.
+@example("- a\n\n  ```\nx\n\nb\n```\n\nfoo [1]\n```\n\nbar [2]")
+@example("```\n\nfoo [1]\n\nbar [2]")
+@example("- x\n\nfoo [1]\n\n> q [2]\n\nend [3]")
+def test_reading_an_answer_in_parts_agrees_with_one_parse(text: str) -> None:
+    from answers.citations import _analyze, _segmented_markers
+
+    assert _segmented_markers(text) == _analyze(text).markers
+    assert module_markers(text) == oracle_markers(text)
