@@ -624,9 +624,15 @@ def _may_be_in_destination(text: str, start: int) -> bool:
     back to ``](``, or blanks with at most one line break do. Each step looks only at
     the run just before ``start``, so the calls for all markers stay linear."""
     position = start
+    depth = 0  # a destination's parentheses balance: "(x)" before the marker is closed
     while position > 0 and not text[position - 1].isspace():
-        if text[position - 1] == "(" and text[position - 2 : position - 1] == "]":
-            return True
+        char = text[position - 1]
+        if char == ")":
+            depth += 1
+        elif char == "(":
+            if depth == 0 and text[position - 2 : position - 1] == "]":
+                return True
+            depth = max(depth - 1, 0)  # "a(b" may sit inside a destination: walk on
         position -= 1
     if position == start:  # right after whitespace: the destination may start here
         newlines = 0
@@ -664,6 +670,9 @@ def _drop(
         between = between.rstrip(" \t")
     left = between[-1:] or written
     joins = left in _JOINS_LEFT or following in _JOINS_RIGHT or (left, following) in _JOINS
+    if following == ")" and before.strip():
+        # "[x](a [9])" is no link, but "[x](a )" would be one: something must stay.
+        return between, ZERO_WIDTH_SPACE
     if left.strip() and following.strip() and joins:
         # "``[9]`" would make one run of three backticks, "<[9]http:x>" an autolink.
         return between, ZERO_WIDTH_SPACE

@@ -85,6 +85,7 @@ EXAMPLES = [
     ("[2]([ 2 ]`[1]`)", 2, "[2]([ 2 ]`[1]`)", "[1]([ 1 ]`[1]`)", ["s2"]),
     ("[x]([1, 9])", 1, "[x]([ 1 ])", "[x]([ 1 ])", ["s1"]),
     ("[x](\n[ 2 ])", 2, "[x](\n[ 2 ])", "[x](\n[ 1 ])", ["s2"]),
+    ("[x](a [9])", 1, "[x](a \u200b)", "[x](a \u200b)", None),
     # Adjacent dropped markers are one run: judged by what follows the whole run.
     ("see [8][9].", 3, "see.", "see.", None),
     ("`[1]`[8][9]`", 3, "`[1]`\u200b`", "`[1]`\u200b`", None),
@@ -512,7 +513,9 @@ def apply_drops(text: str, spans: list[tuple[int, int, str | None]]) -> str:
                 ):
                     between = between.rstrip(" \t")
                 left = between[-1:] or "".join(out)[-1:]
-                if (
+                if after == ")" and before.strip():
+                    replacement = "\u200b"  # "[x](a [9])" must not become a link
+                elif (
                     left.strip()
                     and after.strip()
                     and (left in "<&" or after == ">" or left + after in ("``", "](", "!["))
