@@ -439,22 +439,43 @@ def _place(
 # - ``<`` before a run that could be an autolink goes to the parser only if the run holds
 #   a backtick, bracket or backslash; otherwise its reading is the same either way.
 # - A backslash escape is consumed with the character it escapes.
+# Where a line starts a block that ends or changes a paragraph (a list item, quote,
+# heading, thematic break, setext underline, table delimiter row, tilde fence). Anything
+# near one counts: erring this way only sends more text to the parser.
+_BLOCK_START = r"""[ ]*(?:
+      >
+    | [-+*](?=[ \t\n]|\Z)
+    | -(?=[-|: \t]*(?:\n|\Z))
+    | \*(?=[ \t]*\*[ \t]*\*)
+    | [|:](?=[-|: \t]*(?:\n|\Z))
+    | =(?=[= \t]*(?:\n|\Z))
+    | _(?=[_ \t]*(?:\n|\Z))
+    | \#{1,6}(?=[ \t\n]|\Z)
+    | ~~~
+    | \d{1,9}[.)](?=[ \t\n]|\Z)
+    )"""
 _FAST = re.compile(
     r"""
+    # Characters no branch can start with, skipped in one step (possessive: no retries).
+    [^\n`\r\t\uff3b\u3010<\\\[\]]*+
+    (?:
       (?P<reset>\n[ \t]*(?=\n[A-Za-z]))
     | \n(?P<fence>[ ]{0,3}(?P<mark>`{3,}(?=[^`\n]*(?:\n|\Z))|~{3,})[^\n|]*(?=\n|\Z)
         (?:\n[\s\S]*?)??(?:\n[ ]{0,3}(?P=mark)(?:(?<=`)`*|(?<=~)~*)[ \t]*(?=\n|\Z)|\Z))
-    | \n(?P<block>[ ]*(?:[>\-+*\#=_~|:]|\d{1,9}[.)]))
+    | \n(?P<block>BLOCK)
     | (?P<other>``|[\r\t\uff3b\u3010])
     | <[^<>\x00-\x20`\[\]\\]*>
     | <(?![^<>\x00-\x20]*>)
     | (?P<angle><)
     | \\[!-/:-@\[-`{-~]?
-    | `[^`\n]*(?:\n(?![ \t]*\n)(?![ ]*(?:[>\-+*\#=_~`|:]|\d{1,9}[.)]))[^`\n]*)*`(?!`)
+    | `[^`\n]*(?:\n(?![ \t]*\n)(?!BLOCK|[ ]*`)[^`\n]*)*`(?!`)
     | !?\[[^\[\]`\n\\]*\]\([^\s()<>`\[\]\\]*\)
     | \[(?P<marker>BODY)\](?P<paren>\()?
     | (?P<bracket>[`\[\]])
-    """.replace("BODY", _BODY),
+    | \n
+    | \Z
+    )
+    """.replace("BODY", _BODY).replace("BLOCK", _BLOCK_START),
     re.VERBOSE,
 )
 
@@ -471,9 +492,14 @@ def _fast_markers(text: str) -> list[Marker] | None:
         if kind in _FALLBACK:
             return None
         if match.start("marker") != -1:
-            # Offsets are shifted by one for the leading "\n".
-            markers.append(Marker(match.start() - 1, match.end() - 1, _numbers(match[0])))
+            markers.append(_fast_marker(match))
     return markers
+
+
+def _fast_marker(match: re.Match[str]) -> Marker:
+    # The brackets lie either side of the group; offsets shift by one for the "\n" pad.
+    start, end = match.start("marker") - 1, match.end("marker") + 1
+    return Marker(start - 1, end - 1, _numbers(match.string[start:end]))
 
 
 def _segmented_markers(text: str) -> list[Marker]:
@@ -502,7 +528,7 @@ def _segmented_markers(text: str) -> list[Marker]:
                 fallback_at = match.end()
                 break
             elif match.start("marker") != -1:
-                part_markers.append(Marker(match.start() - 1, match.end() - 1, _numbers(match[0])))
+                part_markers.append(_fast_marker(match))
         if fallback_at == -1:
             markers.extend(part_markers)
             break
