@@ -74,8 +74,11 @@ class AnswerPageOut(Schema):
 
 
 class FeedbackIn(Schema):
+    """Giving feedback again replaces the rating; the comment is kept unless one is sent
+    (send `""` to clear it)."""
+
     rating: Literal["up", "down"]
-    comment: str = Field("", max_length=4000)
+    comment: str | None = Field(None, max_length=4000)
 
 
 class FeedbackOut(Schema):
@@ -88,6 +91,13 @@ class ErrorOut(Schema):
     detail: str
     code: str | None = None
     answer_id: int | None = None
+
+
+class ConflictOut(ErrorOut):
+    """Refused because of where the answer is: which answer, and its status now."""
+
+    answer_id: int
+    status: str
 
 
 class StopOut(Schema):
@@ -210,7 +220,7 @@ async def follow_answer(
 
 @api.post(
     "/answers/{answer_id}/stop",
-    response={202: StopOut, 404: ErrorOut, 409: ErrorOut, 422: InvalidOut},
+    response={202: StopOut, 404: ErrorOut, 409: ConflictOut, 422: InvalidOut},
     summary="Stop an answer being generated",
 )
 async def stop_answer(request: HttpRequest, answer_id: int = Path(..., ge=1, le=MAX_ID)) -> Any:
@@ -220,7 +230,13 @@ async def stop_answer(request: HttpRequest, answer_id: int = Path(..., ge=1, le=
     answer = await sync_to_async(selectors.answer_get_for_user)(answer_id=answer_id, user=user)
     if answer.status != Answer.Status.STREAMING:
         return Status(
-            409, {"detail": "The answer is not being generated.", "code": "not_streaming"}
+            409,
+            {
+                "detail": "The answer is not being generated.",
+                "code": "not_streaming",
+                "answer_id": answer.pk,
+                "status": answer.status,
+            },
         )
     await streams.answer_stream_stop(answer_id=answer_id, user=user)
     return Status(202, {"answer_id": answer_id, "status": "stopping"})
@@ -265,7 +281,7 @@ def get_answer(request: HttpRequest, answer_id: int = Path(..., ge=1, le=MAX_ID)
 
 @api.post(
     "/answers/{answer_id}/feedback",
-    response={200: FeedbackOut, 404: ErrorOut, 409: ErrorOut, 422: InvalidOut},
+    response={200: FeedbackOut, 404: ErrorOut, 409: ConflictOut, 422: InvalidOut},
     summary="Rate an answer",
 )
 def give_feedback(
@@ -274,7 +290,15 @@ def give_feedback(
     user = request.auth  # type: ignore[attr-defined]
     answer = selectors.answer_get_for_user(answer_id=answer_id, user=user)
     if answer.status == Answer.Status.STREAMING:
-        return Status(409, {"detail": "The answer is still being generated.", "code": "streaming"})
+        return Status(
+            409,
+            {
+                "detail": "The answer is still being generated.",
+                "code": "streaming",
+                "answer_id": answer.pk,
+                "status": answer.status,
+            },
+        )
     feedback = services.feedback_record(
         answer=answer, user=user, rating=payload.rating, comment=payload.comment
     )

@@ -236,16 +236,19 @@ def answer_mark_reviewed(*, answer: Answer, reviewer: User, reviewed: bool, note
     return answer
 
 
-def feedback_record(*, answer: Answer, user: User, rating: str, comment: str) -> Feedback:
-    """One feedback per user and answer; giving it again replaces it."""
+def feedback_record(
+    *, answer: Answer, user: User, rating: str, comment: str | None = None
+) -> Feedback:
+    """One feedback per user and answer; giving it again replaces the rating. The comment
+    is replaced only when one is given (``""`` clears it): changing a rating with a click
+    must not erase what was written earlier."""
     if rating not in Feedback.Rating.values:
         raise ValueError(f"rating must be one of {', '.join(Feedback.Rating.values)}")
+    defaults = {"rating": rating} if comment is None else {"rating": rating, "comment": comment}
     # Safe against two concurrent first feedbacks: update_or_create runs in a transaction,
     # and when its INSERT loses to the other one's on the unique (answer, user) it rolls
     # back to a savepoint and locks and updates the committed row instead (a test checks).
-    feedback, _ = Feedback.objects.update_or_create(
-        answer=answer, user=user, defaults={"rating": rating, "comment": comment}
-    )
+    feedback, _ = Feedback.objects.update_or_create(answer=answer, user=user, defaults=defaults)
     return feedback
 
 

@@ -194,6 +194,24 @@ def test_feedback_is_stored_and_replaced(client, asker, scripted):
     assert Feedback.objects.get(answer_id=answer_id).rating == "down"
 
 
+def test_feedback_again_without_a_comment_keeps_the_comment(client, asker, scripted):
+    headers = bearer(asker)
+    answer_id = ask(client, headers, LAMBDA).json()["answer_id"]
+    url = f"/api/answers/{answer_id}/feedback"
+    post(client, url, {"rating": "down", "comment": "Misses the default arguments."}, **headers)
+
+    changed = post(client, url, {"rating": "up"}, **headers)  # a second click, no comment
+    assert changed.status_code == 200, changed.content
+    assert changed.json() == {
+        "answer_id": answer_id,
+        "rating": "up",
+        "comment": "Misses the default arguments.",
+    }
+    cleared = post(client, url, {"rating": "up", "comment": ""}, **headers)
+    assert cleared.json()["comment"] == ""
+    assert Feedback.objects.get(answer_id=answer_id).comment == ""
+
+
 def test_feedback_validation_and_auth(client, asker, scripted):
     headers = bearer(asker)
     answer_id = ask(client, headers, LAMBDA).json()["answer_id"]
@@ -214,6 +232,8 @@ def test_feedback_on_an_answer_still_streaming_is_409(client, asker, scripted):
         client, f"/api/answers/{run.answer.pk}/feedback", {"rating": "up"}, **bearer(asker)
     )
     assert_json_error(response, 409)
+    assert response.json()["answer_id"] == run.answer.pk
+    assert response.json()["status"] == "streaming"
     assert not Feedback.objects.filter(answer_id=run.answer.pk).exists()
 
 

@@ -148,6 +148,37 @@ def test_ask_follow_up_and_feedback(page: Page, asker) -> None:  # type: ignore[
     assert page.errors.messages == []  # type: ignore[attr-defined]
 
 
+def test_the_form_says_when_a_question_is_too_long_or_blank(page: Page, asker) -> None:  # type: ignore[no-untyped-def]
+    from answers.conf import answers_settings
+
+    limit = int(answers_settings.MAX_QUESTION_LENGTH)
+    log_in(page, "asker", "pw-asker")
+    box = page.get_by_label("Your question")
+    hint = page.locator("[data-question-hint]")
+    status = page.locator("[data-ask-status]")
+    turns = page.locator("[data-turns] [data-turn]")
+
+    page.get_by_role("button", name="Ask", exact=True).click()
+    expect(status).to_have_text("Type a question first.")
+    box.fill("   \n  ")
+    page.get_by_role("button", name="Ask", exact=True).click()
+    expect(status).to_have_text("Type a question first.")
+
+    pasted = "Why? " * ((limit + 2_200) // 5)  # pasted, 2,200 characters over the limit
+    box.fill(pasted)
+    expect(box).to_have_value(pasted)  # kept whole, nothing cut
+    over = len(pasted.strip()) - limit
+    expect(hint).to_contain_text(f"Shorten it by {over:,}")
+    expect(box).to_have_attribute("aria-invalid", "true")
+    page.get_by_role("button", name="Ask", exact=True).click()
+    expect(turns).to_have_count(0)  # refused in the form, nothing sent
+
+    box.fill(pasted.strip()[:limit])  # exactly at the limit is fine
+    expect(hint).not_to_contain_text("Shorten")
+    expect(box).to_have_attribute("aria-invalid", "false")
+    assert page.errors.messages == []  # type: ignore[attr-defined]
+
+
 def test_anonymous_visitor_is_sent_to_the_login_page(page: Page) -> None:
     page.goto("/")
     expect(page).to_have_url(re.compile(r"/accounts/login/\?next=/$"))

@@ -268,15 +268,68 @@ def test_ask_streams_the_answer_then_numbered_sources(corpus, asker) -> None:  #
 
 
 @ask_db
-def test_ask_streams_raw_deltas_then_shows_renumbered_text(corpus, asker, scripted) -> None:  # type: ignore[no-untyped-def]
+def test_ask_into_a_pipe_prints_the_finalized_answer_once(corpus, asker, scripted) -> None:  # type: ignore[no-untyped-def]
     scripted.script = ["Lambdas ", "are small [2]", " and quick [1]."]
     stdout, _ = run("ask", "What is a lambda expression?", "--user", "asker")
-    assert stdout.startswith(
-        "Lambdas are small [2] and quick [1].\n"
-        "With citations finalized:\nLambdas are small [1] and quick [2].\n"
-        "Sources:\n  [1] "
-    )
+    assert stdout.startswith("Lambdas are small [1] and quick [2].\nSources:\n  [1] ")
+    assert stdout.count("Lambdas") == 1
     assert "  [2] " in stdout
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def screen(output: str, columns: int) -> list[str]:
+    """What a terminal ``columns`` wide shows after ``output``: just the codes ``ask`` uses
+    (carriage return, cursor up, clear to the end of the screen)."""
+    rows: list[list[str]] = [[]]
+    row = col = 0
+    i = 0
+    while i < len(output):
+        code = re.match(r"\x1b\[(\d*)([AJ])", output[i:])
+        if code:
+            if code[2] == "A":
+                row -= int(code[1] or 1)
+            else:
+                del rows[row][col:]
+                del rows[row + 1 :]
+            i += code.end()
+            continue
+        ch = output[i]
+        i += 1
+        if ch == "\r":
+            col = 0
+        elif ch == "\n":
+            row, col = row + 1, 0
+        else:
+            if col == columns:
+                row, col = row + 1, 0
+            while len(rows) <= row:
+                rows.append([])
+            line = rows[row]
+            line[col : col + 1] = [ch]
+            col += 1
+        while len(rows) <= row:
+            rows.append([])
+    return ["".join(line) for line in rows]
+
+
+@ask_db
+def test_ask_on_a_terminal_streams_then_replaces_with_the_finalized_answer(
+    corpus, asker, scripted, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("COLUMNS", "16")  # the streamed text wraps over three rows
+    scripted.script = ["Lambdas ", "are small [2]", " and quick [1]."]
+    out = Terminal()
+    call_command("ask", "What is a lambda expression?", "--user", "asker", stdout=out)
+    output = out.getvalue()
+    assert output.startswith("Lambdas are small [2] and quick [1].")  # streamed as written
+    shown = screen(output, columns=16)
+    assert "".join(shown[:3]) == "Lambdas are small [1] and quick [2]."  # one answer
+    assert shown[3] == "Sources:"
+    assert not any("[2] and" in row for row in shown)
 
 
 @ask_db

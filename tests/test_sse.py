@@ -245,7 +245,13 @@ def test_stop_ends_the_answer_for_its_followers(client, auth) -> None:  # type: 
     assert answer.status == Answer.Status.INTERRUPTED
     assert answer.error == "stopped by the client"
     again = client.post(f"/api/answers/{answer_id}/stop", headers=auth)
-    assert again.status_code == 409 and again.json()["code"] == "not_streaming"
+    assert again.status_code == 409, again.text
+    assert again.json() == {
+        "detail": "The answer is not being generated.",
+        "code": "not_streaming",
+        "answer_id": answer_id,
+        "status": "interrupted",
+    }
 
 
 def test_only_the_owner_follows_or_stops_an_answer(client, auth, other_asker) -> None:  # type: ignore[no-untyped-def]

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import math
+import shutil
+import unicodedata
 import uuid
 from typing import Any
 
@@ -43,21 +46,31 @@ class Command(BaseCommand):
             )
         except pipeline.AskRefused as exc:
             raise CommandError(exc.message) from None
+        # On a terminal the answer streams, and if finalizing renumbered its citations the
+        # streamed text is erased and replaced, so the reader sees one answer whose numbers
+        # match the Sources below. Into a pipe or file only the final answer is written.
+        live = self.stdout.isatty()
         streamed: list[str] = []
         async for event in run.events():
             if isinstance(event, pipeline.TokenEvent):
                 streamed.append(event.text)
-                self.stdout.write(event.text, ending="")
-                self.stdout.flush()
+                if live:
+                    self.stdout.write(event.text, ending="")
+                    self.stdout.flush()
             elif isinstance(event, pipeline.ErrorEvent):
+                if not live and streamed:
+                    self.stdout.write("".join(streamed))  # what was written before it failed
                 self.stdout.write("")
                 raise CommandError(event.message)
             elif isinstance(event, pipeline.DoneEvent):
                 answer = event.answer
-                self.stdout.write("\n")
-                if answer.text != "".join(streamed):
-                    # Citations were renumbered: show the text the Sources below belong to.
-                    self.stdout.write("With citations finalized:\n" + answer.text + "\n")
+                shown = "".join(streamed)
+                if not live:
+                    self.stdout.write(answer.text)
+                elif answer.text != shown:
+                    self.stdout.write(_erase(shown) + answer.text)
+                else:
+                    self.stdout.write("")
                 self.stdout.write("Sources:")
                 for ref in answer.references:
                     self.stdout.write(
@@ -66,3 +79,16 @@ class Command(BaseCommand):
                 if not answer.references:
                     self.stdout.write("  (none)")
                 self.stdout.write(f"Conversation: {answer.conversation_id}")
+
+
+def _erase(shown: str) -> str:
+    """Terminal codes that move back to where ``shown`` began and clear from there on."""
+    columns = max(1, shutil.get_terminal_size().columns)
+    rows = sum(max(1, math.ceil(_width(line) / columns)) for line in shown.split("\n"))
+    up = f"\x1b[{rows - 1}A" if rows > 1 else ""
+    return f"\r{up}\x1b[J"
+
+
+def _width(line: str) -> int:
+    # East Asian wide and full-width characters take two columns.
+    return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in line)

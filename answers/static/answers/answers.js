@@ -33,7 +33,9 @@
         method: "POST",
         credentials: "same-origin",
         headers: { "Content-Type": "application/json", "X-CSRFToken": csrfToken(root) },
-        body: JSON.stringify({ rating: rating, comment: comment }),
+        // An empty box keeps the comment given earlier (the API's rule): a second click
+        // on a rating must not erase it.
+        body: JSON.stringify(comment.trim() ? { rating: rating, comment: comment } : { rating: rating }),
       })
         .then(function (response) {
           status.textContent = response.ok ? "Thanks for your feedback." : "Feedback could not be saved.";
@@ -242,10 +244,52 @@
       },
     });
 
+    // Said in the form, never cut silently: a pasted question over the limit stays whole
+    // for the user to shorten, and a blank one gets a word. Counted as the server counts
+    // (code points of the trimmed text).
+    var hint = root.querySelector("[data-question-hint]");
+    var maxLength = Number(textarea.dataset.maxLength) || 0;
+    var usualHint = hint ? hint.textContent : "";
+    function questionProblem() {
+      var length = Array.from(textarea.value.trim()).length;
+      if (maxLength && length > maxLength) {
+        return "Your question is " + length.toLocaleString() + " characters; the limit is " +
+          maxLength.toLocaleString() + ". Shorten it by " + (length - maxLength).toLocaleString() +
+          " to ask.";
+      }
+      return "";
+    }
+    function showQuestionHint() {
+      var problem = questionProblem();
+      if (hint) {
+        hint.textContent = problem || usualHint;
+        hint.classList.toggle("question-hint-error", !!problem);
+      }
+      textarea.setAttribute("aria-invalid", problem ? "true" : "false");
+      return problem;
+    }
+    textarea.addEventListener("input", function () {
+      showQuestionHint();
+      if (status.dataset.blank) {
+        status.textContent = "";
+        delete status.dataset.blank;
+      }
+    });
+
     form.addEventListener("submit", function (event) {
       event.preventDefault();
+      if (current) return;
       var question = textarea.value.trim();
-      if (!question || current) return;
+      if (!question) {
+        status.textContent = "Type a question first.";
+        status.dataset.blank = "1";
+        textarea.focus();
+        return;
+      }
+      if (showQuestionHint()) {
+        textarea.focus();
+        return;
+      }
       current = newTurn(question);
       setBusy(true);
       textarea.value = "";
