@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 HOST   ?= 127.0.0.1
 PORT   ?= 8000
 
-.PHONY: run test lint typecheck pytest bench clean
+.PHONY: run test lint typecheck pytest bench eval clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -19,8 +19,14 @@ $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e ".[dev]"
 	touch $@ $(VENV)/.installed
 
-run: export DJANGO_DEBUG ?= 1
-run: $(VENV)/.installed
+# The development set-up, for `make run` and every `manage.py` command in this folder
+# (config/settings.py reads it; variables already set win). Git-ignored; never deployed.
+.env:
+	printf '%s\n' '# Written by `make run`: development settings for every manage.py command here.' \
+	  '# Variables set in the environment win. Production has no .env (see README).' \
+	  'DJANGO_DEBUG=1' > $@
+
+run: .env $(VENV)/.installed
 	$(BIN)/python manage.py migrate --noinput
 	$(BIN)/python manage.py bootstrap
 	$(BIN)/daphne -b $(HOST) -p $(PORT) config.asgi:application
@@ -36,6 +42,18 @@ typecheck: $(VENV)/.installed-dev
 
 pytest: $(VENV)/.installed-dev
 	$(BIN)/pytest $(PYTEST_ARGS)
+
+# Retrieval figures on the shipped question sets (docs/evaluation.md), in a database of
+# its own: both corpora ingested (unchanged documents are skipped), then every set.
+EVAL_DATABASE_URL ?= sqlite:///$(CURDIR)/eval-db.sqlite3
+eval: export DATABASE_URL = $(EVAL_DATABASE_URL)
+eval: export DJANGO_DEBUG = 1
+eval: $(VENV)/.installed
+	$(BIN)/python manage.py migrate --noinput -v 0
+	$(BIN)/python manage.py ingest --python-docs eval/corpora/handbook --no-progress
+	$(BIN)/python manage.py evaluate eval/python-docs.dev.jsonl eval/python-docs.test.jsonl \
+	  eval/handbook.dev.jsonl eval/handbook.test.jsonl \
+	  eval/off-topic.dev.jsonl eval/off-topic.test.jsonl $(EVAL_ARGS)
 
 bench: $(VENV)/.installed-dev
 	$(BIN)/python -m bench

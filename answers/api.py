@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from asgiref.sync import sync_to_async
+from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from ninja import Field, NinjaAPI, Path, Query, Schema, Status
 
@@ -43,6 +44,7 @@ class ReferenceOut(Schema):
     url: str
     score: float
     excerpt: str
+    anchor: str = Field("", description="The element id of this entry in the page's Sources panel")
     available: bool = True
 
 
@@ -114,8 +116,19 @@ class InvalidOut(Schema):
 
 @api.exception_handler(pipeline.AskRefused)
 def _ask_refused(request: HttpRequest, exc: pipeline.AskRefused) -> HttpResponse:
-    return api.create_response(
+    response = api.create_response(
         request, {"detail": exc.message, "code": exc.code}, status=exc.status
+    )
+    if exc.retry_after is not None:
+        response["Retry-After"] = str(exc.retry_after)
+    return response
+
+
+@api.exception_handler(RequestDataTooBig)
+def _too_large(request: HttpRequest, exc: RequestDataTooBig) -> HttpResponse:
+    # A body over DATA_UPLOAD_MAX_MEMORY_SIZE: refused as what it is, not a 500.
+    return api.create_response(
+        request, {"detail": "The request body is too large.", "code": "too_large"}, status=413
     )
 
 
@@ -146,7 +159,8 @@ async def create_answer(request: HttpRequest, payload: AskIn) -> Any:
     With `Accept: text/event-stream` the answer streams as server-sent events:
     `references` (every retrieved source, prompt numbering), `token` (`text`),
     `citation` (`number`, `document_id`, the first time a source is cited), then one
-    `done` (this operation's JSON body plus `number_map`) or one `error` (`message`).
+    `done` (this operation's JSON body plus `number_map`) or one `error` (`message`, `code`).
+    Every event's data also carries its `type` (answers/events.py is the vocabulary).
     Each event's `id` is its sequence number in the answer's stream. Refusals (401, 403,
     404, 422, and 503 when the channel layer is unreachable) come as JSON before any
     event. The answer is generated to the end even if the client goes away:
@@ -169,7 +183,7 @@ async def create_answer(request: HttpRequest, payload: AskIn) -> Any:
             502,
             {"detail": last.message, "code": "generation_failed", "answer_id": last.answer_id},
         )
-    return last.answer.as_dict()
+    return last.answer.to_dict()
 
 
 def _event_stream(events: AsyncGenerator[streams.StreamEvent, None]) -> StreamingHttpResponse:
@@ -184,10 +198,10 @@ async def _server_sent_events(
 ) -> AsyncIterator[str]:
     async with aclosing(events):
         async for event in events:
-            data = json.dumps(event.data, separators=(",", ":"))
+            data = json.dumps(event.event.to_dict(), separators=(",", ":"))
             # The stored result of a finished answer has no place in the stream: no id.
             event_id = f"id: {event.seq}\n" if event.seq is not None else ""
-            yield f"{event_id}event: {event.type}\ndata: {data}\n\n"
+            yield f"{event_id}event: {event.event.type}\ndata: {data}\n\n"
 
 
 @api.get(
@@ -276,7 +290,7 @@ def list_answers(
 def get_answer(request: HttpRequest, answer_id: int = Path(..., ge=1, le=MAX_ID)) -> Any:
     user = request.auth  # type: ignore[attr-defined]
     answer = selectors.answer_get_for_user(answer_id=answer_id, user=user)
-    return selectors.answer_payload(answer=answer, user=user).as_dict()
+    return selectors.answer_payload(answer=answer, user=user).to_dict()
 
 
 @api.post(

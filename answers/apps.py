@@ -9,4 +9,10 @@ class AnswersConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        from django.db.backends.signals import connection_created
+
         from . import checks, conf  # noqa: F401  (registers the system check and signal)
+        from .search.stemming import register_sqlite_function
+
+        # The FTS5 index triggers stem in Python (ADR 0013): every connection needs it.
+        connection_created.connect(register_sqlite_function, dispatch_uid="answers_stem")

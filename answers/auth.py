@@ -13,6 +13,14 @@ from . import services
 class BearerTokenAuth(HttpBearer):
     openapi_description = "An API token from `manage.py createapitoken USERNAME`."
 
+    def __call__(self, request: HttpRequest) -> Any:
+        # django-ninja's own parsing logs a header without "Bearer " in full (with DEBUG on),
+        # and a bare token is still a token: nothing of the header may reach a log.
+        scheme, _, token = request.headers.get(self.header, "").partition(" ")
+        if scheme.lower() != self.openapi_scheme or not token:
+            return None
+        return self.authenticate(request, token)
+
     def authenticate(self, request: HttpRequest, token: str) -> Any:
         api_token = services.api_token_authenticate(raw=token)
         if api_token is None:

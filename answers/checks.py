@@ -25,6 +25,7 @@ _NUMBERS: dict[str, tuple[type, float, float | None]] = {
     "EXTRACTIVE_DELAY": (float, 0.0, 10.0),
     "EXTRACTIVE_SENTENCES": (int, 1, 20),
     "FIRST_TOKEN_TIMEOUT": (float, 0.01, 3600),
+    "RERANK_TIMEOUT": (float, 0.01, 600),
     "IDLE_TIMEOUT": (float, 0.01, 3600),
     "TOTAL_TIMEOUT": (float, 0.01, 86400),
     "MAX_EMPTY_DELTAS": (int, 1, None),
@@ -99,6 +100,8 @@ def check_answers_settings(app_configs: Any = None, **kwargs: Any) -> list[Check
                 )
             )
             continue
+        if key == "RERANKER" and callable(getattr(imported, "check", None)):
+            errors += imported.check()
         if key == "SEARCH_BACKEND":
             errors += _check_search_backend_vendor(path, imported)
             errors += _check_search_backend_scope(path, imported)

@@ -23,6 +23,14 @@ DEFAULTS: dict[str, Any] = {
     "SEARCH_BACKEND": None,
     # Dotted path of a reranker, or None for no reranking.
     "RERANKER": None,
+    # answers.rerankers.HttpReranker: the /rerank endpoint's URL, "cohere" (Cohere, Jina,
+    # vLLM, Infinity: {model, query, documents, top_n}) or "tei" (text-embeddings-inference:
+    # {query, texts}), model, bearer key and timeout in seconds.
+    "RERANK_URL": "",
+    "RERANK_API": "cohere",
+    "RERANK_MODEL": "",
+    "RERANK_API_KEY": "",
+    "RERANK_TIMEOUT": 5.0,
     # "extractive" (offline, the default), or a dotted path to a provider class.
     "PROVIDER": "extractive",
     # Model name reported by / passed to the provider.

@@ -26,6 +26,7 @@ from django.contrib.auth import SESSION_KEY, get_user_model
 
 from . import pipeline, selectors, streams
 from .conf import answers_settings
+from .events import ErrorEvent
 from .panels import render_event_sources_panel
 
 logger = logging.getLogger(__name__)
@@ -191,8 +192,8 @@ class AnswerConsumer(AsyncJsonWebsocketConsumer):
             async with aclosing(events):
                 async for event in events:
                     self.answer_id = answer_id
-                    message = event.as_message()
-                    panel = render_event_sources_panel(event.type, event.data)
+                    message = event.to_dict()
+                    panel = render_event_sources_panel(event.event)
                     if panel is not None:
                         message["sources_html"] = panel
                     # Before sending: the client may ask again the moment it has it.
@@ -219,9 +220,7 @@ class AnswerConsumer(AsyncJsonWebsocketConsumer):
     async def _error(self, message: str, code: str, *, last: bool = False) -> None:
         """``last``: the final word of the task that asks or follows (it is free now)."""
         self.settled = self.settled or last
-        await self.send_json(
-            {"type": "error", "message": message, "code": code, "answer_id": self.answer_id}
-        )
+        await self.send_json(ErrorEvent(message, answer_id=self.answer_id, code=code).to_dict())
 
 
 def _is_count(value: object, *, minimum: int) -> TypeGuard[int]:

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from django.template.loader import render_to_string
 
-from .rendering import source_anchor
-from .selectors import answer_anchor_prefix
+from .events import DoneEvent, Event, ReferencesEvent
 from .types import Reference
 
 PROVISIONAL, FINAL = "provisional", "final"
@@ -23,16 +21,13 @@ def render_sources_panel(*, references: Sequence[Reference], answer_id: int, sta
     )
 
 
-def render_event_sources_panel(event_type: str, data: dict[str, Any]) -> str | None:
+def render_event_sources_panel(event: Event) -> str | None:
     """The panel a stream event carries: provisional with ``references``, final with
     ``done``; None for the other events."""
-    state = {"references": PROVISIONAL, "done": FINAL}.get(event_type)
-    if state is None:
+    if isinstance(event, ReferencesEvent):
+        references, answer_id, state = event.references, event.answer_id, PROVISIONAL
+    elif isinstance(event, DoneEvent):
+        references, answer_id, state = event.answer.references, event.answer.answer_id, FINAL
+    else:
         return None
-    answer_id = int(data["answer_id"])
-    prefix = answer_anchor_prefix(answer_id=answer_id)
-    references = [
-        Reference.from_dict(item, anchor=source_anchor(prefix, int(item["index"])))
-        for item in data["references"]
-    ]
     return render_sources_panel(references=references, answer_id=answer_id, state=state)

@@ -17,7 +17,6 @@ import uuid
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
 from dataclasses import dataclass, field
-from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.contrib.auth.models import User
@@ -25,6 +24,14 @@ from django.contrib.auth.models import User
 from . import selectors, services
 from .citations import MarkerStreamFilter
 from .conf import answers_settings
+from .events import (
+    CitationEvent,
+    DoneEvent,
+    ErrorEvent,
+    Event,
+    ReferencesEvent,
+    TokenEvent,
+)
 from .guards import GuardTripped, StreamLimits, guarded_stream
 from .models import Answer
 from .prompt import Prompt
@@ -32,7 +39,7 @@ from .providers.base import ProviderError, Usage
 from .registry import get_provider
 from .rendering import render_answer_html, source_anchor
 from .retrieval import NumberedSource, search_hits, select_sources
-from .types import AnswerPayload, Reference
+from .types import AnswerPayload, Candidate, Reference
 
 logger = logging.getLogger(__name__)
 
@@ -44,10 +51,13 @@ class AskRefused(Exception):
 
     status = 400
     code = "invalid"
+    #: whole seconds after which asking again can pass (a limit's window), if known
+    retry_after: int | None = None
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, *, retry_after: int | None = None) -> None:
         super().__init__(message)
         self.message = message
+        self.retry_after = retry_after
 
 
 class QuestionInvalid(AskRefused):
@@ -64,69 +74,6 @@ class ConversationNotFound(AskRefused):
 
 class TooManyRequests(AskRefused):
     status, code = 429, "rate_limited"
-
-
-@dataclass(frozen=True)
-class ReferencesEvent:
-    answer_id: int
-    conversation_id: str
-    turn: int
-    references: list[Reference]
-    type: str = "references"
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "answer_id": self.answer_id,
-            "conversation_id": self.conversation_id,
-            "turn": self.turn,
-            "references": [r.as_dict() for r in self.references],
-        }
-
-
-@dataclass(frozen=True)
-class TokenEvent:
-    text: str
-    type: str = "token"
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"text": self.text}
-
-
-@dataclass(frozen=True)
-class CitationEvent:
-    """The streamed text cites source ``number`` (prompt numbering) for the first time."""
-
-    number: int
-    document_id: int
-    type: str = "citation"
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"number": self.number, "document_id": self.document_id}
-
-
-@dataclass(frozen=True)
-class DoneEvent:
-    answer: AnswerPayload
-    number_map: dict[int, int] = field(default_factory=dict)
-    type: str = "done"
-
-    def as_dict(self) -> dict[str, Any]:
-        body = self.answer.as_dict()
-        body["number_map"] = {str(k): v for k, v in self.number_map.items()}
-        return body
-
-
-@dataclass(frozen=True)
-class ErrorEvent:
-    message: str
-    answer_id: int | None = None
-    type: str = "error"
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"message": self.message, "answer_id": self.answer_id}
-
-
-Event = ReferencesEvent | TokenEvent | CitationEvent | DoneEvent | ErrorEvent
 
 
 async def coalesced(events: AsyncIterator[Event], *, window: float) -> AsyncGenerator[Event, None]:
@@ -264,7 +211,7 @@ class AnswerRun:
             answer_id=self.answer.pk,
             conversation_id=self.conversation_id,
             turn=self.turn,
-            references=self.references(),
+            references=tuple(self.references()),
         )
         if not self.sources:
             message = str(answers_settings.NO_ANSWER_MESSAGE)
@@ -308,7 +255,7 @@ class AnswerRun:
                     self._complete("".join(raw), outcome, first_token_ms, reason, usage)
                 )
         if outcome == Answer.Status.FAILED:
-            yield ErrorEvent(GENERIC_ERROR, answer_id=self.answer.pk)
+            yield ErrorEvent(GENERIC_ERROR, answer_id=self.answer.pk, code="generation_failed")
             return
         yield await self._complete("".join(raw), outcome, first_token_ms, usage=usage)
 
@@ -352,10 +299,32 @@ class AnswerRun:
                 html=render_answer_html(
                     text, anchor_prefix=self.anchor_prefix, source_count=len(references)
                 ),
-                references=references,
+                references=tuple(references),
             ),
             number_map=finalized.number_map,
         )
+
+
+def retrieve_sources(
+    *, user: User, question: str, previous_question: str | None = None
+) -> tuple[list[Candidate], list[NumberedSource]]:
+    """Retrieval and source selection for ``user`` exactly as an answer gets them: search,
+    threshold, rerank, document cap, access, numbering. Stores nothing (``manage.py
+    evaluate`` measures this); an empty list of sources means the no-answer message."""
+    hits = search_hits(
+        question=question,
+        previous_question=previous_question,
+        documents=selectors.document_list_visible(user=user),
+    )
+    candidates = selectors.candidates_for_hits(hits=((h.chunk_id, h.score) for h in hits))
+    sources = select_sources(
+        candidates,
+        question=question,
+        visible_document_ids=lambda ids: selectors.document_visible_ids(
+            user=user, document_ids=ids
+        ),
+    )
+    return candidates, sources
 
 
 def _prepare(*, user: User, question: str, conversation_id: uuid.UUID | None) -> AnswerRun:
@@ -366,7 +335,7 @@ def _prepare(*, user: User, question: str, conversation_id: uuid.UUID | None) ->
         # Before any retrieval work, so a flood costs two counting queries each.
         services.question_check_limits(user=user)
     except services.LimitExceeded as exc:
-        raise TooManyRequests(str(exc)) from None
+        raise TooManyRequests(str(exc), retry_after=exc.retry_after) from None
     conversation = None
     history = []
     previous_question = None
@@ -381,18 +350,8 @@ def _prepare(*, user: User, question: str, conversation_id: uuid.UUID | None) ->
         history = selectors.conversation_history(conversation=conversation, user=user)
         previous_question = history[-1].question if history else None
 
-    hits = search_hits(
-        question=question,
-        previous_question=previous_question,
-        documents=selectors.document_list_visible(user=user),
-    )
-    candidates = selectors.candidates_for_hits(hits=((h.chunk_id, h.score) for h in hits))
-    sources = select_sources(
-        candidates,
-        question=question,
-        visible_document_ids=lambda ids: selectors.document_visible_ids(
-            user=user, document_ids=ids
-        ),
+    candidates, sources = retrieve_sources(
+        user=user, question=question, previous_question=previous_question
     )
     retrieval_ms = _ms_since(started)
     provider = get_provider()
@@ -407,7 +366,7 @@ def _prepare(*, user: User, question: str, conversation_id: uuid.UUID | None) ->
             retrieval_ms=retrieval_ms,
         )
     except services.LimitExceeded as exc:  # the check that holds (the one above may race)
-        raise TooManyRequests(str(exc)) from None
+        raise TooManyRequests(str(exc), retry_after=exc.retry_after) from None
     prompt = Prompt(
         question=question,
         sources=tuple(source.as_prompt_source() for source in sources),

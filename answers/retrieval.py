@@ -97,9 +97,18 @@ def select_sources(
 
     reranker = get_reranker()
     if reranker is not None and alive:
-        for candidate, score in zip(alive, reranker.rerank(question, alive), strict=True):
-            candidate.rerank_score = float(score)
-        alive.sort(key=lambda c: (-(c.rerank_score or 0.0), c.rank))
+        try:
+            scores = [float(score) for score in reranker.rerank(question, alive)]
+            if len(scores) != len(alive):
+                raise ValueError(f"{len(scores)} scores for {len(alive)} candidates")
+        except Exception:
+            # A reranker is an optional refinement: when it fails the answer goes on with
+            # the search's order (no rerank scores are recorded, which the admin shows).
+            logger.warning("Reranker failed; keeping the search order", exc_info=True)
+        else:
+            for candidate, score in zip(alive, scores, strict=True):
+                candidate.rerank_score = score
+            alive.sort(key=lambda c: (-(c.rerank_score or 0.0), c.rank))
 
     kept_per_document: dict[int, int] = {}
     capped: list[Candidate] = []

@@ -272,7 +272,7 @@ def answer_payload(*, answer: Answer, user: AnyUser) -> AnswerPayload:
             anchor_prefix=answer_anchor_prefix(answer_id=answer.pk),
             source_count=len(references),
         ),
-        references=references,
+        references=tuple(references),
         withheld=withheld,
     )
 

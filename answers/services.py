@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import hashlib
+import math
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.contrib.auth.models import Group, User
 from django.db import IntegrityError, transaction
@@ -40,7 +41,16 @@ INGEST_ATTEMPTS = 3
 
 
 class LimitExceeded(Exception):
-    """A per-user abuse limit; the message is safe to show the user."""
+    """A per-user abuse limit; the message is safe to show the user. ``retry_after``:
+    whole seconds after which this limit surely lets the user's next question through."""
+
+    def __init__(self, message: str, *, retry_after: int) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+def _seconds_until(moment: datetime, *, now: datetime) -> int:
+    return max(1, math.ceil((moment - now).total_seconds()))
 
 
 def _asker_lock(*, user: User) -> None:
@@ -67,7 +77,13 @@ def question_check_limits(*, user: User) -> None:
     recent = Question.objects.filter(user=user, created_at__gte=now - timedelta(minutes=1))
     per_minute = int(answers_settings.QUESTIONS_PER_MINUTE)
     if recent.count() >= per_minute:
-        raise LimitExceeded(f"Too many questions: at most {per_minute} a minute. Try again soon.")
+        # A slot frees when the oldest question that fills the window leaves it.
+        filling = recent.order_by("-created_at").values_list("created_at", flat=True)
+        oldest = filling[per_minute - 1] if per_minute > 0 else now
+        raise LimitExceeded(
+            f"Too many questions: at most {per_minute} a minute. Try again soon.",
+            retry_after=_seconds_until(oldest + timedelta(minutes=1), now=now),
+        )
     # A stream older than the total timeout is dead (its process died), not running.
     cutoff = now - timedelta(seconds=float(answers_settings.TOTAL_TIMEOUT) + 60)
     streaming = Answer.objects.filter(
@@ -75,8 +91,13 @@ def question_check_limits(*, user: User) -> None:
     )
     concurrent = int(answers_settings.MAX_CONCURRENT_STREAMS)
     if streaming.count() >= concurrent:
+        # No answer outlives TOTAL_TIMEOUT (unless its process died): by then a slot is free.
+        running = streaming.order_by("-created_at").values_list("created_at", flat=True)
+        oldest = running[concurrent - 1] if concurrent > 0 else now
+        total = timedelta(seconds=float(answers_settings.TOTAL_TIMEOUT))
         raise LimitExceeded(
-            f"Too many answers at once: at most {concurrent}. Wait for one to finish."
+            f"Too many answers at once: at most {concurrent}. Wait for one to finish.",
+            retry_after=_seconds_until(oldest + total, now=now),
         )
 
 

@@ -27,7 +27,6 @@ import contextvars
 import logging
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -39,11 +38,11 @@ from django.utils import timezone
 
 from . import pipeline, selectors
 from .conf import answers_settings
+from .events import DoneEvent, ErrorEvent, Event, StreamEvent
 from .models import Answer
 
 logger = logging.getLogger(__name__)
 
-TERMINAL = frozenset({"done", "error"})
 ABANDONED_MESSAGE = "The answer was interrupted before it finished. Please ask again."
 
 # Generations running in this process, by answer id (a strong reference keeps each task
@@ -61,30 +60,6 @@ class StreamUnavailable(pipeline.AskRefused):
     """The channel layer (Redis) cannot be reached: the answer cannot be streamed."""
 
     status, code = 503, "unavailable"
-
-
-@dataclass(frozen=True)
-class StreamEvent:
-    """One numbered event of an answer's stream, as every transport sends it.
-
-    ``seq`` is None only for a finished answer's stored result, delivered when its log has
-    expired."""
-
-    seq: int | None
-    type: str
-    data: dict[str, Any]
-
-    @property
-    def terminal(self) -> bool:
-        return self.type in TERMINAL
-
-    def as_message(self) -> dict[str, Any]:
-        return {"seq": self.seq, "type": self.type, **self.data}
-
-    @classmethod
-    def from_message(cls, message: dict[str, Any]) -> StreamEvent:
-        data = {k: v for k, v in message.items() if k not in ("seq", "type")}
-        return cls(seq=message["seq"], type=message["type"], data=data)
 
 
 def _stream_name(answer: Answer) -> str:
@@ -137,7 +112,7 @@ def _log_read_sync(stream: str, after: int, upto: int | None) -> list[StreamEven
     found = cache.get_many(keys) if keys else {}
     if len(found) != len(keys):
         return None  # partly evicted: only the stored result is whole
-    return [StreamEvent.from_message(found[key]) for key in keys]
+    return [StreamEvent.from_dict(found[key]) for key in keys]
 
 
 _log_write_elsewhere = sync_to_async(_log_write_sync, thread_sensitive=False)
@@ -171,12 +146,15 @@ class _Publisher:
         # (asgiref waits for the thread and returns its result), so the loop checks too.
         self.stopping = False
 
-    async def publish(self, event: pipeline.Event) -> None:
+    async def publish(self, event: Event) -> None:
         self.seq += 1
-        entry = {"seq": self.seq, "type": event.type, **event.as_dict()}
+        numbered = StreamEvent(seq=self.seq, event=event)
+        # Written as a dict where it leaves the process: the log and the layer outlive
+        # this code version (a rolling deploy) and Redis carries msgpack.
+        entry = numbered.to_dict()
         await _log_write(self.stream, entry)
         await _layer().group_send(_group(self.stream), {"type": "answer.event", "event": entry})
-        self.finished = event.type in TERMINAL
+        self.finished = numbered.terminal
 
 
 async def answer_stream_start(*, run: pipeline.AnswerRun) -> None:
@@ -275,7 +253,7 @@ async def _produce(run: pipeline.AnswerRun, publisher: _Publisher) -> None:
         logger.exception("Generating answer %s failed", run.answer.pk)
         if not publisher.finished:
             await publisher.publish(
-                pipeline.ErrorEvent(pipeline.GENERIC_ERROR, answer_id=run.answer.pk)
+                ErrorEvent(pipeline.GENERIC_ERROR, answer_id=run.answer.pk, code="generation_failed")
             )
 
 
@@ -307,14 +285,14 @@ def _abandoned(answer: Answer) -> bool:
     return answer.created_at < timezone.now() - limit
 
 
-def _settled_sync(answer_id: int, user: Any) -> pipeline.Event | None:
+def _settled_sync(answer_id: int, user: Any) -> Event | None:
     answer = _answer_for_follower(answer_id, user)
     if answer.status == Answer.Status.STREAMING:
         if not _abandoned(answer):
             return None
-        return pipeline.ErrorEvent(ABANDONED_MESSAGE, answer_id=answer_id)
+        return ErrorEvent(ABANDONED_MESSAGE, answer_id=answer_id, code="interrupted")
     # The answer just loaded, not a second lookup.
-    return pipeline.DoneEvent(answer=selectors.answer_payload(answer=answer, user=user))
+    return DoneEvent(answer=selectors.answer_payload(answer=answer, user=user))
 
 
 def _withheld_sync(answer: Answer, user: Any) -> StreamEvent | None:
@@ -322,8 +300,9 @@ def _withheld_sync(answer: Answer, user: Any) -> StreamEvent | None:
     whatever its status; None when they may read it."""
     if not selectors.answer_is_withheld(answer=answer, user=user):
         return None
-    event = pipeline.DoneEvent(answer=selectors.answer_payload(answer=answer, user=user))
-    return StreamEvent(seq=None, type=event.type, data=event.as_dict())
+    return StreamEvent(
+        seq=None, event=DoneEvent(answer=selectors.answer_payload(answer=answer, user=user))
+    )
 
 
 async def _settled(answer_id: int, user: Any) -> StreamEvent | None:
@@ -331,7 +310,7 @@ async def _settled(answer_id: int, user: Any) -> StreamEvent | None:
     event = await sync_to_async(_settled_sync)(answer_id, user)
     if event is None:
         return None
-    return StreamEvent(seq=None, type=event.type, data=event.as_dict())
+    return StreamEvent(seq=None, event=event)
 
 
 async def answer_stream_ask(*, run: pipeline.AnswerRun) -> AsyncGenerator[StreamEvent, None]:
@@ -436,7 +415,7 @@ async def _relay(
             message, pending = pending.result(), None
             if message.get("type") != "answer.event":
                 continue
-            event = StreamEvent.from_message(message["event"])
+            event = StreamEvent.from_dict(message["event"])
             assert event.seq is not None
             if event.seq <= last:
                 continue

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 
@@ -36,20 +37,26 @@ class Reference:
     anchor: str = ""
     available: bool = True
 
-    def as_dict(self) -> dict[str, Any]:
+    def __post_init__(self) -> None:
+        # Kept as shown (four places), so that a reference read back from a stream log or
+        # a message equals the one written.
+        object.__setattr__(self, "score", round(float(self.score), 4))
+
+    def to_dict(self) -> dict[str, Any]:
         return {
             "index": self.index,
             "document_id": self.document_id,
             "title": self.title,
             "url": self.url,
-            "score": round(self.score, 4),
+            "score": self.score,
             "excerpt": self.excerpt,
+            "anchor": self.anchor,
             "available": self.available,
         }
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any], *, anchor: str) -> Reference:
-        """Back from ``as_dict()`` (a stream event read from the log)."""
+    def from_dict(cls, data: Mapping[str, Any]) -> Reference:
+        """Back from ``to_dict()`` (a stream event read from the log or a message)."""
         return cls(
             index=int(data["index"]),
             document_id=int(data["document_id"]),
@@ -57,7 +64,7 @@ class Reference:
             url=str(data["url"]),
             score=float(data["score"]),
             excerpt=str(data["excerpt"]),
-            anchor=anchor,
+            anchor=str(data.get("anchor", "")),
             available=bool(data.get("available", True)),
         )
 
@@ -72,12 +79,15 @@ class AnswerPayload:
     status: str
     text: str
     html: str
-    references: list[Reference] = field(default_factory=list)
+    references: tuple[Reference, ...] = ()
     # The viewer may no longer read a source it was written from: ``text``/``html`` are a
     # notice (selectors.answer_payload).
     withheld: bool = False
 
-    def as_dict(self) -> dict[str, Any]:
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "references", tuple(self.references))
+
+    def to_dict(self) -> dict[str, Any]:
         return {
             "answer_id": self.answer_id,
             "conversation_id": self.conversation_id,
@@ -85,6 +95,19 @@ class AnswerPayload:
             "status": self.status,
             "text": self.text,
             "html": self.html,
-            "references": [reference.as_dict() for reference in self.references],
+            "references": [reference.to_dict() for reference in self.references],
             "withheld": self.withheld,
         }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> AnswerPayload:
+        return cls(
+            answer_id=int(data["answer_id"]),
+            conversation_id=str(data["conversation_id"]),
+            turn=int(data["turn"]),
+            status=str(data["status"]),
+            text=str(data["text"]),
+            html=str(data["html"]),
+            references=tuple(Reference.from_dict(item) for item in data["references"]),
+            withheld=bool(data.get("withheld", False)),
+        )

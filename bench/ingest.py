@@ -37,7 +37,7 @@ def write_files(folder: Path, count: int = FILES) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     topics = python_doc_topics()
     for index in range(count):
-        topic, text = topics[index % len(topics)]
+        topic, text = topics[index % len(topics)].key, topics[index % len(topics)].text
         path = folder / f"{index:04d}-{topic}.md"
         path.write_text(f"# {topic} ({index})\n\n{text}\n", encoding="utf-8")
     return folder

@@ -7,6 +7,23 @@ import os
 from django.core.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+
+
+def _status_phrases() -> None:
+    """ASGI sends daphne a bare status code; daphne takes the reason phrase from Twisted's
+    table, which lacks 429 (and a few more), so the status line read "429 Unknown Status".
+    Fill the gaps from the standard library's table."""
+    from http import HTTPStatus
+
+    try:
+        from twisted.web import http as twisted_http
+    except ImportError:  # another ASGI server: it writes its own status line
+        return
+    for status in HTTPStatus:
+        twisted_http.RESPONSES.setdefault(status.value, status.phrase.encode("ascii"))
+
+
+_status_phrases()
 django_asgi_app = get_asgi_application()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402

@@ -13,10 +13,19 @@ from typing import Any
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
+from dotenv import load_dotenv
 
 from answers.conf import settings_from_environment
 
 BASE_DIR = Path(__file__).resolve().parent.parent
+
+# `make run` writes a git-ignored `.env` (DJANGO_DEBUG=1), so every `manage.py` command in
+# this folder gets the development set-up it serves with; variables already set win over
+# it. DJANGO_ENV_FILE names another file, or (empty) none: tests/settings.py reads none.
+# Production has no `.env`, so it still refuses to start without DJANGO_SECRET_KEY.
+_ENV_FILE = os.environ.get("DJANGO_ENV_FILE", str(BASE_DIR / ".env"))
+if _ENV_FILE:
+    load_dotenv(_ENV_FILE, override=False)
 
 
 def env_bool(name: str, default: bool = False) -> bool:
@@ -106,6 +115,8 @@ AXES_LOCKOUT_CALLABLE = "config.auth.login_locked_out"
 AXES_HTTP_RESPONSE_CODE = 429
 
 ROOT_URLCONF = "config.urls"
+# A refused form gets the site's page that says why and what to do (config/views.py).
+CSRF_FAILURE_VIEW = "config.views.csrf_failure"
 
 TEMPLATES = [
     {

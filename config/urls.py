@@ -13,3 +13,9 @@ urlpatterns = [
     path("api/", api.urls),
     path("", include("answers.urls")),
 ]
+
+# The site's own error pages (config/views.py); JSON under /api/.
+handler400 = "config.views.bad_request"
+handler403 = "config.views.permission_denied"
+handler404 = "config.views.page_not_found"
+handler500 = "config.views.server_error"

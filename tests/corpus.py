@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.contrib.auth.models import Group
 
 from answers import services
-from answers.management.commands.ingest import PYTHON_DOCS_URL, python_doc_topics
+from answers.management.commands.ingest import python_doc_topics
 
 RESTRICTED = {
     "Project Nightjar launch plan": (
@@ -20,12 +20,12 @@ RESTRICTED = {
 
 
 def load_corpus() -> None:
-    for topic, text in python_doc_topics():
+    for topic in python_doc_topics():
         services.document_ingest(
-            source_key=f"python-docs:{topic}",
-            title=topic,
-            body=text,
-            url=f"{PYTHON_DOCS_URL}#{topic}",
+            source_key=f"python-docs:{topic.key}",
+            title=topic.title,
+            body=topic.text,
+            url=topic.url,
             chunk_size=1200,
         )
     vault, _ = Group.objects.get_or_create(name="vault")

@@ -2,7 +2,8 @@
 then ``data: [DONE]``), which misbehaves on purpose when told to.
 
 ``FakeLLM.behaviours`` is a queue: each request takes the next behaviour (the last one
-repeats). Each request's JSON body is kept in ``FakeLLM.requests``.
+repeats). Each request's JSON body is kept in ``FakeLLM.requests``. ``{"kind": "echo"}``
+streams the request's source passages back, then ``[1]``.
 """
 
 from __future__ import annotations
@@ -35,6 +36,17 @@ def _usage_chunk(prompt: int, completion: int) -> bytes:
                   "total_tokens": prompt + completion},
     }  # fmt: skip
     return f"data: {json.dumps(body)}\n\n".encode()
+
+
+def _quoted_sources(request: dict[str, Any]) -> list[str]:
+    """The passage lines of the sources in the request's last message (fences and titles
+    left out), each as one delta."""
+    content = request["messages"][-1]["content"]
+    return [
+        line + " "
+        for line in content.split("\n")
+        if line and not line.startswith(("-----", "Title:", "Sources:", "Question:"))
+    ]
 
 
 class FakeLLM:
@@ -97,7 +109,10 @@ class FakeLLM:
                 self._sleep(behaviour.get("seconds", 5))
             write.write(_chunk(None))  # the role-only first chunk real servers send
             write.flush()
-            for index, delta in enumerate(behaviour.get("deltas", [])):
+            deltas = behaviour.get("deltas", [])
+            if kind == "echo":  # a model that quotes its sources word for word
+                deltas = [*_quoted_sources(self.requests[-1]), " [1]"]
+            for index, delta in enumerate(deltas):
                 if kind == "stall_mid" and index == behaviour.get("after", 1):
                     self._sleep(behaviour.get("seconds", 5))
                 if kind == "cut" and index == behaviour.get("after", 1):

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 
 os.environ.setdefault("DJANGO_SECRET_KEY", "insecure-key-for-tests-only")
+# A developer's `.env` (written by `make run`: DJANGO_DEBUG=1) must not change the tests.
+os.environ["DJANGO_ENV_FILE"] = ""
 
 from config.settings import *  # noqa: F403
 

@@ -23,7 +23,7 @@ ANSWER_KEYS = {
     *("answer_id", "conversation_id", "turn", "status", "text", "html", "references"),
     "withheld",
 }
-REFERENCE_KEYS = {"index", "document_id", "title", "url", "score", "excerpt", "available"}
+REFERENCE_KEYS = {"index", "document_id", "title", "url", "score", "excerpt", "anchor", "available"}
 
 
 def bearer(user, name: str = "test") -> dict[str, str]:  # type: ignore[no-untyped-def]

@@ -15,6 +15,7 @@ from answers import selectors, services
 from answers.conf import answers_settings
 from answers.management.commands.ingest import python_doc_topics
 from answers.models import Answer, ApiToken, Chunk, Document
+from tests import documents as docs
 
 pytestmark = pytest.mark.django_db
 
@@ -168,9 +169,67 @@ def test_ingest_without_paths_or_python_docs_is_a_command_error() -> None:
 
 
 def test_ingest_folder_without_supported_files_is_a_command_error(tmp_path: Path) -> None:
-    write(tmp_path / "notes.docx", b"PK\x03\x04")
+    write(tmp_path / "notes.gz", b"\x1f\x8b\x08")
+    out, err = io.StringIO(), io.StringIO()
     with pytest.raises(CommandError, match="No supported files found"):
-        run("ingest", str(tmp_path))
+        call_command("ingest", str(tmp_path), stdout=out, stderr=err)
+    assert "notes.gz: unsupported file type .gz" in out.getvalue()
+
+
+def test_ingest_real_documents_of_every_type(tmp_path: Path) -> None:
+    """Documents made by the libraries that write them ingest as clean text, real titles."""
+    root = tmp_path / "real"
+    write(root / "q3.docx", docs.docx_bytes(
+        title=None, heading="Quarterly review", paragraphs=["Sales of kumquats rose."]
+    ))  # fmt: skip
+    write(root / "deck.pptx", docs.pptx_bytes(slide_title="Roadmap 2027", text="Ship platypus"))
+    write(root / "book.xlsx", docs.xlsx_bytes(title="Budget", rows=[["wombat food", 12.5]]))
+    write(root / "guide.pdf", docs.pdf_bytes(title="Field guide", lines=["Quokkas smile."]))
+    write(root / "untitled.pdf", docs.pdf_bytes(title=None, lines=["Numbat Handbook", "Ants."]))
+    write(root / "open.pdf", docs.encrypted_pdf_bytes(user_password=""))
+    write(root / "closure.html", docs.TEXINFO_HTML)
+    write(root / "faq.html", docs.SITE_HTML)
+    write(root / "notes.md", "---\ntitle: Front matter title\n---\n\nBody text.\n")
+    # Bad input: one clear line each, nothing else lost.
+    write(root / "broken.docx", b"PK\x03\x04 not really a zip")
+    write(root / "locked.pdf", docs.encrypted_pdf_bytes(user_password="secret"))
+    write(root / "archive.gz", b"\x1f\x8b\x08")
+    write(root / "old.doc", b"\xd0\xcf\x11\xe0")
+
+    stdout, stderr = run("ingest", str(root), verbosity=2)
+    counts = summary(stdout)
+    assert (counts["total"], counts["created"], counts["failed"]) == (11, 9, 2)
+    documents = ingested(root)
+    assert {title: doc.body for title, doc in documents.items()} == {
+        "Quarterly review": "Quarterly review\n\nSales of kumquats rose.\n\ncell one | cell two",
+        "Roadmap 2027": "Roadmap 2027\n\nShip platypus",
+        "Budget": "Figures\nwombat food | 12.5",
+        "Field guide": "Quokkas smile.",
+        "Numbat Handbook": "Numbat Handbook\nAnts.",
+        "Secret": "Secret",
+        "Closure Example (mylib manual)": (
+            "2.6 Closure Example\n\nA trivial example that binds fputs to a stream.\n\n"
+            "int main()\n{\n  return 0;\n}"
+        ),
+        "Billing FAQ": "How refunds work\n\nRefunds reach the card within five days.",
+        "Front matter title": "---\ntitle: Front matter title\n---\n\nBody text.",
+    }
+    for doc in documents.values():
+        assert doc.chunks.count() >= 1
+    errors = stderr.strip().splitlines()
+    assert len(errors) == 2, stderr
+    assert any("broken.docx: not a readable .docx file" in line for line in errors)
+    assert any("locked.pdf: PDF is password-protected" in line for line in errors)
+    # Unsupported files: a count by type, then each file with its reason at verbosity 2.
+    assert "Skipped 2 file(s) of unsupported types (1 .doc, 1 .gz)" in stdout
+    assert f"Skipped {(root / 'archive.gz').resolve()}: unsupported file type .gz" in stdout
+    # No library warnings or log lines in what the user reads.
+    assert "pypdf" not in stdout + stderr and "Warning" not in stdout + stderr
+
+    stdout, _ = run("ingest", str(root))
+    assert "Skipped 2 file(s) of unsupported types" in stdout
+    assert "archive.gz" not in stdout
+    assert summary(stdout)["unchanged"] == 9
 
 
 def test_ingest_group_restricts_documents_to_its_members(
@@ -263,16 +322,16 @@ def test_ask_streams_the_answer_then_numbered_sources(corpus, asker) -> None:  #
     entries = re.findall(r"^  \[(\d+)\] (.+) \((.+)\) score (\d\.\d\d)$", sources, re.M)
     assert entries
     assert [int(n) for n, *_ in entries] == list(range(1, len(entries) + 1))
-    assert "lambda" in {title for _, title, *_ in entries}
+    assert "Lambdas" in {title for _, title, *_ in entries}
     assert f"Conversation: {answer.question.conversation_id}" in sources
 
 
 @ask_db
 def test_ask_into_a_pipe_prints_the_finalized_answer_once(corpus, asker, scripted) -> None:  # type: ignore[no-untyped-def]
-    scripted.script = ["Lambdas ", "are small [2]", " and quick [1]."]
+    scripted.script = ["Lambda forms ", "are small [2]", " and quick [1]."]
     stdout, _ = run("ask", "What is a lambda expression?", "--user", "asker")
-    assert stdout.startswith("Lambdas are small [1] and quick [2].\nSources:\n  [1] ")
-    assert stdout.count("Lambdas") == 1
+    assert stdout.startswith("Lambda forms are small [1] and quick [2].\nSources:\n  [1] ")
+    assert stdout.count("Lambda forms") == 1
     assert "  [2] " in stdout
 
 
@@ -390,7 +449,27 @@ def test_bootstrap_loads_the_corpus_and_creates_a_working_login() -> None:
     assert user.is_staff and user.is_superuser
 
     stdout, _ = run("bootstrap")
-    assert "password" not in stdout
+    assert "password:" not in stdout  # never shown again (it says how to reset it)
+    assert password.group(1) not in stdout
     assert "The corpus is empty" not in stdout
     assert "A staff login exists already." in stdout
     assert get_user_model().objects.filter(username="admin").count() == 1
+
+
+def test_demo_topics_have_readable_titles_real_sections_and_distinct_texts() -> None:
+    from answers.management.commands.ingest import TOPIC_PAGES
+
+    topics = {topic.key: topic for topic in python_doc_topics()}
+    assert topics["if"].title == "The if statement"
+    assert topics["if"].url == "https://docs.python.org/3/reference/compound_stmts.html#if"
+    assert topics["compound"].title == "Compound statements"
+    assert topics["compound"].url.endswith("/reference/compound_stmts.html#compound")
+    assert topics["lambda"].url.endswith("/reference/expressions.html#lambda")
+    assert topics["typesseq"].url.endswith("/library/stdtypes.html#typesseq")
+    # "else" is filed under the same text as "if": one document, so one excerpt.
+    assert "else" not in topics
+    assert len({t.text for t in topics.values()}) == len(topics)
+    for topic in topics.values():
+        assert topic.key in TOPIC_PAGES, f"{topic.key} has no page in the docs"
+        assert '"' not in topic.title and "\u201c" not in topic.title
+        assert (topic.title and topic.title != topic.key) or topic.key == "calls"

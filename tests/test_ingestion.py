@@ -16,12 +16,15 @@ from answers.ingestion import (
     ChunkSpan,
     ExtractedDocument,
     ExtractionError,
+    SkippedFile,
     chunk_text,
     content_hash,
     extract_file,
     extract_text,
     iter_source_files,
+    scan_source_files,
 )
+from tests import documents
 
 
 def make_pdf(pages: list[str], *, title: str | None = None) -> bytes:
@@ -141,8 +144,8 @@ def test_bom_only_file_is_empty() -> None:
 
 
 def test_unsupported_suffix(tmp_path: Path) -> None:
-    with pytest.raises(ExtractionError, match=r"unsupported file type \.docx"):
-        extract_file(write(tmp_path / "report.docx", b"PK\x03\x04"))
+    with pytest.raises(ExtractionError, match=r"unsupported file type \.gz"):
+        extract_file(write(tmp_path / "report.gz", b"\x1f\x8b\x08"))
     with pytest.raises(ExtractionError, match="unsupported file type"):
         extract_text(data=b"x", suffix="", fallback_title="f")
 
@@ -237,6 +240,11 @@ def test_html_invalid_utf8_is_replaced_not_rejected() -> None:
     assert doc.body == "caf\ufffd"
 
 
+def test_xhtml_with_xml_declaration() -> None:
+    data = b'<?xml version="1.0" encoding="UTF-8"?>\n<html><body><p>caf\xc3\xa9</p></body></html>'
+    assert extract_text(data=data, suffix=".html", fallback_title="f").body == "caf\u00e9"
+
+
 def test_html_without_text() -> None:
     with pytest.raises(ExtractionError, match="no readable text"):
         extract_text(data=b"<script>x()</script><p> </p>", suffix=".html", fallback_title="f")
@@ -253,10 +261,13 @@ def test_pdf_text_and_metadata_title(tmp_path: Path) -> None:
 
 
 def test_pdf_without_title_uses_fallback(tmp_path: Path) -> None:
+    # No /Title: the first line (a title page's) is the title, unless it is a long sentence.
     doc = extract_file(write(tmp_path / "untitled.pdf", make_pdf(["Hello PDF world"])))
-    assert (doc.title, doc.body) == ("untitled", "Hello PDF world")
+    assert (doc.title, doc.body) == ("Hello PDF world", "Hello PDF world")
+    doc = extract_file(write(tmp_path / "untitled.pdf", make_pdf(["word " * 40])))
+    assert doc.title == "untitled"
     doc = extract_file(write(tmp_path / "blank.pdf", make_pdf(["Text"], title="   ")))
-    assert doc.title == "blank"
+    assert doc.title == "Text"
 
 
 def test_pdf_without_text(tmp_path: Path) -> None:
@@ -289,6 +300,123 @@ def test_password_protected_pdf() -> None:
 def test_pdf_encrypted_with_empty_user_password_is_read() -> None:
     doc = extract_text(data=_encrypted(""), suffix=".pdf", fallback_title="f")
     assert doc.body == "Secret text"
+
+
+# -------------------------------------------------------- main content and titles
+
+
+def test_html_site_navigation_is_dropped() -> None:
+    doc = extract_text(data=documents.TEXINFO_HTML.encode(), suffix=".html", fallback_title="f")
+    assert doc.title == "Closure Example (mylib manual)"
+    assert doc.body.startswith("2.6 Closure Example\n\nA trivial example")
+    # The navigation bar and the in-page menu are Texinfo's chrome.
+    assert "Next:" not in doc.body and "Index" not in doc.body and "Arrays" not in doc.body
+    doc = extract_text(data=documents.SITE_HTML.encode(), suffix=".html", fallback_title="f")
+    # The article's own <header> holds its heading: kept; the page's header, nav, aside and
+    # footer are not content.
+    assert doc.body == "How refunds work\n\nRefunds reach the card within five days."
+
+
+def test_html_landmarks_and_generator_navigation() -> None:
+    page = (
+        '<body><div role="navigation">Menu</div><div class="related">Sphinx bar</div>'
+        '<div class="navheader">DocBook bar</div><section><header><h2>Kept</h2></header>'
+        "<p>Text</p><footer>Section footer kept</footer></section>"
+        '<div class="sphinxsidebar">Search box</div><div role="contentinfo">Legal</div></body>'
+    )
+    doc = extract_text(data=page.encode(), suffix=".html", fallback_title="f")
+    assert doc.body == "Kept\n\nText\n\nSection footer kept"
+
+
+def test_html_two_mains_fall_back_to_the_page_less_chrome() -> None:
+    page = "<nav>Menu</nav><article><p>One</p></article><article><p>Two</p></article>"
+    doc = extract_text(data=page.encode(), suffix=".html", fallback_title="f")
+    assert doc.body == "One\n\nTwo"
+
+
+def test_pdf_font_change_between_letter_and_capital_is_a_word_break() -> None:
+    doc = extract_text(data=documents.pdf_mixed_fonts_bytes(), suffix=".pdf", fallback_title="f")
+    assert doc.body == "GNOME The GNOME desktop\nJavaScript and McDonald stay whole."
+
+
+def test_pdf_from_a_real_generator() -> None:
+    data = documents.pdf_bytes(title="Field guide", lines=["Quokkas smile.", "Numbats dig."])
+    doc = extract_text(data=data, suffix=".pdf", fallback_title="f")
+    assert (doc.title, doc.body) == ("Field guide", "Quokkas smile.\nNumbats dig.")
+
+
+def test_aes_encrypted_pdf() -> None:
+    locked = documents.encrypted_pdf_bytes(user_password="secret")
+    with pytest.raises(ExtractionError, match=r"^PDF is password-protected$"):
+        extract_text(data=locked, suffix=".pdf", fallback_title="f")
+    opened = documents.encrypted_pdf_bytes(user_password="")
+    assert extract_text(data=opened, suffix=".pdf", fallback_title="f").body == "Secret"
+
+
+def test_docx_title_from_properties_then_first_heading() -> None:
+    data = documents.docx_bytes(title="Q3 report", heading="Review", paragraphs=["Kumquats."])
+    doc = extract_text(data=data, suffix=".docx", fallback_title="f")
+    assert doc == ExtractedDocument(
+        title="Q3 report", body="Review\n\nKumquats.\n\ncell one | cell two"
+    )
+    data = documents.docx_bytes(title=None, heading="Review", paragraphs=["Kumquats."])
+    assert extract_text(data=data, suffix=".docx", fallback_title="f").title == "Review"
+
+
+def test_pptx_and_xlsx() -> None:
+    deck = documents.pptx_bytes(slide_title="Roadmap", text="Ship it")
+    assert extract_text(data=deck, suffix=".pptx", fallback_title="f") == ExtractedDocument(
+        title="Roadmap", body="Roadmap\n\nShip it"
+    )
+    book = documents.xlsx_bytes(title="Budget", rows=[["item", "cost"], ["food", 12.5], [None]])
+    assert extract_text(data=book, suffix=".xlsx", fallback_title="f") == ExtractedDocument(
+        title="Budget", body="Figures\nitem | cost\nfood | 12.5"
+    )
+
+
+@pytest.mark.parametrize("suffix", [".docx", ".pptx", ".xlsx"])
+def test_damaged_office_files_have_a_one_line_reason(suffix: str) -> None:
+    good = documents.docx_bytes(title=None, heading="H", paragraphs=["p"])
+    for data in (b"PK\x03\x04 not a zip", good[: len(good) // 2]):
+        with pytest.raises(ExtractionError, match=rf"^not a readable \{suffix} file \(") as info:
+            extract_text(data=data, suffix=suffix, fallback_title="f")
+        assert "\n" not in str(info.value)
+
+
+def test_library_warnings_do_not_reach_the_caller(recwarn: pytest.WarningsRecorder) -> None:
+    import logging
+    import warnings
+
+    records: list[logging.LogRecord] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
+
+    handler = Collect()
+    logging.getLogger().addHandler(handler)
+    try:
+        with ingestion._quiet_libraries():
+            logging.getLogger("pypdf._reader").warning("Ignoring wrong pointing object")
+            warnings.warn("Workbook contains no default style", UserWarning, stacklevel=1)
+        assert records == [] and len(recwarn) == 0
+        # Only for the extraction: afterwards the libraries log as configured.
+        logging.getLogger("pypdf._reader").warning("later")
+        assert [r.getMessage() for r in records] == ["later"]
+    finally:
+        logging.getLogger().removeHandler(handler)
+
+
+def test_scan_reports_unsupported_files(tmp_path: Path) -> None:
+    for name in ["a.md", "b.gz", "c.docx", "noext", ".hidden.gz"]:
+        write(tmp_path / name, b"x")
+    found, skipped = scan_source_files([tmp_path])
+    assert [p.name for p in found] == ["a.md", "c.docx"]
+    assert [(s.path.name, s.reason.split(" (supported")[0]) for s in skipped] == [
+        ("b.gz", "unsupported file type .gz"),
+        ("noext", "unsupported file type (no extension)"),
+    ]
+    assert isinstance(skipped[0], SkippedFile)
 
 
 # ------------------------------------------------------------------------- walking
@@ -333,7 +461,8 @@ def test_iter_source_files_missing_path(tmp_path: Path) -> None:
 
 
 def test_supported_suffixes() -> None:
-    assert {".md", ".markdown", ".txt", ".rst", ".html", ".htm", ".pdf"} == SUPPORTED_SUFFIXES
+    expected = {".md", ".markdown", ".txt", ".rst", ".html", ".htm", ".pdf", ".docx", ".pptx"}
+    assert expected | {".xlsx"} == SUPPORTED_SUFFIXES
 
 
 def test_content_hash() -> None:

@@ -86,7 +86,7 @@ def test_no_surviving_source_gives_the_no_answer_message_without_calling_the_pro
     assert done.answer.text == settings.ANSWERS.get(
         "NO_ANSWER_MESSAGE", pipeline.answers_settings.NO_ANSWER_MESSAGE
     )
-    assert done.answer.references == []
+    assert done.answer.references == ()
     assert Answer.objects.get(pk=done.answer.answer_id).status == Answer.Status.NO_ANSWER
 
 
@@ -102,7 +102,7 @@ def test_a_restricted_document_never_reaches_an_outsider(asker, scripted):
     assert "Nightjar" not in prompt_text.replace(NIGHTJAR, "")
     events = collect(run)
     for event in events:
-        body = str(event.as_dict())
+        body = str(event.to_dict())
         assert "hangar nine" not in body and "helium" not in body
         for title in restricted_titles:
             assert title not in body
@@ -215,7 +215,7 @@ def test_query_count_per_answer_does_not_depend_on_the_number_of_sources(
         "MAX_SOURCES": count,
         "MAX_CHUNKS_PER_DOCUMENT": 3,
         "SCORE_THRESHOLD": 0.0,
-        "CANDIDATES": 100,
+        "CANDIDATES": 300,  # enough chunks to hold 32 documents
     }
     scripted.script = [f"All of them {_sources_for(count)}."]
     question = "statement expression value object function name"

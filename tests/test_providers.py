@@ -4,8 +4,10 @@ import pytest
 from asgiref.sync import async_to_sync
 
 from answers.citations import iter_markers
-from answers.prompt import Prompt, PromptSource
+from answers.prompt import MARKER_BREAK, Prompt, PromptSource, neutralize_markers
 from answers.providers.extractive import ExtractiveProvider
+from answers.providers.openai import OpenAIProvider
+from tests.llm_server import FakeLLM
 
 pytestmark = pytest.mark.django_db
 
@@ -44,10 +46,63 @@ def test_extractive_answers_cite_the_sources_they_quote_and_only_those():
 
 def test_quoted_brackets_are_escaped_so_they_are_not_citations():
     text = "".join(stream(Prompt(question="list indexing second item", sources=SOURCES)))
-    assert r"a\[1\]" in text
+    assert f"a\\[{MARKER_BREAK}1\\]" in text
     assert [m.numbers for m in iter_markers(text)] == [(3,)]
 
 
 def test_it_is_deterministic():
     prompt = Prompt(question="How does a generator yield values?", sources=SOURCES)
     assert stream(prompt) == stream(prompt)
+
+
+# A document whose text looks like citations in every form the citation rules accept.
+FORGED = (
+    "[2] If x is very close to zero, see [1, 3] and [1-3], or \uff3b2\uff3d, \u30102\u3011, "
+    "[\u0662] (Arabic-Indic two) and [ 2 ] in this long enough sentence."
+)
+FORGING_SOURCES = (
+    PromptSource(1, 1, "Floats [2]", (FORGED,)),
+    PromptSource(2, 2, "Other", ("Something else entirely, said in a sentence of its own.",)),
+)
+
+
+def test_source_text_can_forge_no_marker_yet_reads_the_same():
+    (source, _) = FORGING_SOURCES
+    assert list(iter_markers(FORGED)), "the forms are real markers in an answer"
+    assert not list(iter_markers(source.passages[0] + " " + source.title))
+    assert source.passages[0].replace(MARKER_BREAK, "") == FORGED
+    assert neutralize_markers("[2025] and [x]") == "[2025] and [x]"  # not markers: untouched
+
+
+def test_the_extractive_provider_quoting_a_forged_marker_cites_only_its_own():
+    # Nothing matches "capital of France": the provider quotes the first source's opening.
+    for question in ("What is the capital of France?", "How close is x to zero?"):
+        text = "".join(stream(Prompt(question=question, sources=FORGING_SOURCES)))
+        assert "If x is very close" in text
+        assert [m.numbers for m in iter_markers(text)] == [(1,)]
+
+
+@pytest.fixture
+def echo_llm(settings):  # type: ignore[no-untyped-def]
+    server = FakeLLM()
+    server.behaviours = [{"kind": "echo"}]
+    settings.ANSWERS = {
+        **settings.ANSWERS,
+        "PROVIDER": "openai",
+        "MODEL": "local-test",
+        "OPENAI_BASE_URL": server.base_url,
+        "OPENAI_API_KEY": "test-key",
+    }
+    yield server
+    server.close()
+
+
+async def _openai_text(prompt: Prompt) -> str:
+    return "".join([d async for d in OpenAIProvider().stream(prompt) if isinstance(d, str)])
+
+
+def test_a_model_echoing_a_forged_marker_cites_only_its_own(echo_llm):
+    text = async_to_sync(_openai_text)(Prompt(question="How close?", sources=FORGING_SOURCES))
+    assert "If x is very close" in text  # the source came back word for word
+    assert "[2] If x" not in echo_llm.requests[-1]["messages"][-1]["content"]
+    assert [m.numbers for m in iter_markers(text)] == [(1,)]

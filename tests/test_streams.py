@@ -13,6 +13,7 @@ from django.core.cache import cache
 from django.utils import timezone
 
 from answers import pipeline, streams
+from answers.events import TokenEvent
 from answers.models import Answer
 from tests.sockets import receive_until_final, scoped_socket
 
@@ -198,7 +199,7 @@ async def test_a_message_the_layer_dropped_is_read_from_the_log(corpus, asker):
     group = streams._group(streams._stream_name(answer))
     await layer.group_send(group, {"type": "answer.event", "event": entries[2]})
     got = [await first, await anext(follow), await anext(follow)]
-    assert [(e.seq, e.data["text"]) for e in got] == [(1, "t1"), (2, "t2"), (3, "t3")]
+    assert [(e.seq, e.event.text) for e in got] == [(1, "t1"), (2, "t2"), (3, "t3")]
     await follow.aclose()
 
 
@@ -209,7 +210,7 @@ async def test_a_quiet_stream_is_caught_up_from_the_log(corpus, asker, settings)
     first = asyncio.ensure_future(anext(follow))
     await asyncio.sleep(0.05)
     await _log(answer, 1, "token", text="only in the log")
-    assert (await asyncio.wait_for(first, timeout=5)).data["text"] == "only in the log"
+    assert (await asyncio.wait_for(first, timeout=5)).event.text == "only in the log"
     await follow.aclose()
 
 
@@ -219,8 +220,8 @@ async def test_an_answer_whose_process_died_ends_with_an_error(corpus, asker, se
     long_ago = timezone.now() - timedelta(hours=1)
     await Answer.objects.filter(pk=answer.pk).aupdate(created_at=long_ago)
     events = [e async for e in streams.answer_stream_follow(answer_id=answer.pk, user=asker)]
-    assert [(e.seq, e.type) for e in events] == [(None, "error")]
-    assert events[0].data["message"] == streams.ABANDONED_MESSAGE
+    assert [(e.seq, e.event.type) for e in events] == [(None, "error")]
+    assert events[0].event.message == streams.ABANDONED_MESSAGE
 
 
 async def test_an_unreachable_channel_layer_refuses_the_stream_and_stores_the_failure(
@@ -260,7 +261,7 @@ async def test_a_reused_answer_id_never_meets_the_old_answers_log(corpus, asker)
     await asyncio.sleep(0.1)
     assert not first.done()  # nothing replayed: the old log is not this answer's
     await _log(answer, 1, "token", text="mine")  # found at the next poll of the log
-    assert (await asyncio.wait_for(first, timeout=10)).data["text"] == "mine"
+    assert (await asyncio.wait_for(first, timeout=10)).event.text == "mine"
     await follow.aclose()
 
 
@@ -281,5 +282,5 @@ async def test_many_answers_streaming_at_once_each_reach_their_follower_whole(
     for answer_id, events in results:
         assert [e.seq for e in events] == list(range(1, len(events) + 1))
         stored = await Answer.objects.aget(pk=answer_id)
-        streamed = "".join(e.data["text"] for e in events if e.type == "token")
+        streamed = "".join(e.event.text for e in events if isinstance(e.event, TokenEvent))
         assert stored.status == "complete" and streamed == stored.raw_text

@@ -77,7 +77,7 @@ def test_a_stored_answer_rechecks_access_for_the_viewer(client, member, scripted
 
 def test_document_page_has_chunk_anchors_and_checks_access(client, asker, member):
     client.force_login(asker)
-    lam = Document.objects.get(title="lambda")
+    lam = Document.objects.get(source_key="python-docs:lambda")
     soup = BeautifulSoup(client.get(f"/documents/{lam.pk}/").content, "html.parser")
     assert soup.find(id="chunk-0")
     secret = Document.objects.get(title__in=RESTRICTED, title__startswith="Project")

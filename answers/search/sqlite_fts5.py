@@ -1,8 +1,10 @@
-"""Embedded search on SQLite FTS5 (BM25 with Porter stemming).
+"""Embedded search on SQLite FTS5 (BM25 with Snowball stemming, ADR 0013).
 
 The index ``answers_chunk_fts`` (document title and chunk text, the title weighted 2:1)
 is created by a migration and kept current by triggers, so any write to chunks or
-document titles is searchable at once.
+document titles is searchable at once. The triggers index the stemmed text
+(``stemming.stem_text``, Snowball English, migration 0007); queries are stemmed the same
+way, and MATCH phrases are the stems.
 
 Normalization: FTS5's BM25 adds, for each query term, ``idf * f*(k1+1) / (f + K)``; the
 second factor tends to ``k1+1`` as the term frequency grows, so ``(k1+1) * sum(idf)`` over
@@ -32,6 +34,7 @@ from django.db.backends.utils import CursorWrapper
 
 from . import bm25
 from .base import SearchHit, query_terms
+from .stemming import stem_text
 
 if TYPE_CHECKING:
     from django.db.models import QuerySet
@@ -71,7 +74,7 @@ SELECT doc, sum(idf * ((freq * ({k1} + 1.0)) / (freq + k))) AS raw
 FROM f GROUP BY doc ORDER BY raw DESC, doc LIMIT %s
 """
 _MATCH_SQL = "SELECT {t}, rowid, -bm25({fts}, {title}, 1.0) FROM {fts} WHERE {fts} MATCH %s"
-_TOKENIZER = "porter unicode61 remove_diacritics 2"
+_TOKENIZER = "unicode61 remove_diacritics 2"  # the text is stemmed already (migration 0007)
 
 
 def _quote(term: str) -> str:
@@ -131,10 +134,11 @@ class SQLiteFTS5Backend:
         # A term in half the chunks or more has an idf FTS5 clamps to ~0: it cannot move a
         # score, but matching it makes FTS5 rank nearly every row. Leave it out.
         useful = [t for t, stem in stems.items() if doc_counts.get(stem, 0) < rows / 2]
-        return " OR ".join(_quote(term) for term in useful or stems), bound
+        return " OR ".join(_quote(stems[term]) for term in useful or stems), bound
 
     def _stems(self, cursor: CursorWrapper, terms: list[str]) -> dict[str, str]:
-        """Each query term with its stem as the index stores it (FTS5's own tokenizer)."""
+        """Each query term with its stem as the index stores it (stemmed as the triggers
+        stem, then split by FTS5's own tokenizer)."""
         # A per-connection scratch index runs the exact tokenizer the corpus used.
         cursor.execute(
             "CREATE VIRTUAL TABLE IF NOT EXISTS temp.answers_query_terms "
@@ -148,7 +152,7 @@ class SQLiteFTS5Backend:
         # One row per term, keyed by its position, so each stem is known to be its term's.
         cursor.executemany(
             "INSERT INTO temp.answers_query_terms(rowid, q) VALUES (%s, %s)",
-            list(enumerate(terms)),
+            [(position, stem_text(term)) for position, term in enumerate(terms)],
         )
         cursor.execute("SELECT doc, term FROM temp.answers_query_terms_vocab ORDER BY doc, offset")
         stems: dict[str, str] = {}
@@ -216,7 +220,7 @@ class SQLiteFTS5Backend:
                 term_of[stem] = term
                 cursor.execute(
                     f"SELECT rowid FROM {FTS_TABLE} WHERE {FTS_TABLE} MATCH %s",  # noqa: S608
-                    [_quote(term)],
+                    [_quote(stem)],
                 )
                 rowids = {rowid for (rowid,) in cursor.fetchall()}
                 all_counts[stem] = len(rowids)
@@ -244,7 +248,7 @@ class SQLiteFTS5Backend:
             k1=float(bm25.K1),
             b=float(bm25.B),
         )
-        params: list[str | int | float] = [_quote(term_of[stem]) for stem in held]
+        params: list[str | int | float] = [_quote(stem) for stem in held]
         for t, stem in enumerate(held):
             # A stem weighs its scoped idf once per query term that has it (FTS5 phrases).
             params += [t, bm25.idf(all_counts[stem], all_rows), idfs[stem] * useful.count(stem)]

@@ -164,7 +164,7 @@ def test_every_surface_shows_only_documents_the_user_may_view(
         assert _ids(done.answer.references) <= visible
         count = len(done.answer.references)
         assert all(1 <= n <= count for m in iter_markers(done.answer.text) for n in m.numbers)
-        blob = json.dumps([e.as_dict() for e in events])
+        blob = json.dumps([e.to_dict() for e in events])
         assert all(word not in blob for word in hidden)
         answer_id = done.answer.answer_id
         for refs, state in ((references.references, PROVISIONAL), (done.answer.references, FINAL)):
@@ -188,7 +188,7 @@ def test_every_surface_shows_only_documents_the_user_may_view(
             payload = selectors.answer_payload(answer=Answer.objects.get(pk=answer_id), user=user)
             available = [r for r in payload.references if r.available]
             assert _ids(available) <= visible, phase
-            assert all(word not in json.dumps(payload.as_dict()) for word in hidden), phase
+            assert all(word not in json.dumps(payload.to_dict()) for word in hidden), phase
             client.force_login(user)
             response = client.get(f"/answers/{answer_id}/")
             assert response.status_code == 200

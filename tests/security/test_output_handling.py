@@ -313,7 +313,7 @@ def test_hostile_fields_are_inert_in_the_done_event(asker, hostile_answer):
         references=done.answer.references, answer_id=done.answer.answer_id, state=FINAL
     )
     assert_inert(panel)
-    assert "<script>alert" not in json.dumps(done.as_dict()["html"])
+    assert "<script>alert" not in json.dumps(done.to_dict()["html"])
 
 
 # --- (6) sanitizing is a fixed point, and no handler survives --------------------------

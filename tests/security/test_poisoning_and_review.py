@@ -82,7 +82,7 @@ def test_a_permission_check_that_raises_fails_closed(asker, scripted, monkeypatc
 
     monkeypatch.setattr(selectors, "document_visible_ids", broken)
     done = ask(user=asker, question="What is a lambda expression?")
-    assert done.answer.status == "no_answer" and done.answer.references == []
+    assert done.answer.status == "no_answer" and done.answer.references == ()
     assert scripted.prompts == []  # no prompt at all, never an unfiltered one
 
 

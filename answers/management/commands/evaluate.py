@@ -1,0 +1,141 @@
+"""Measure retrieval on question sets: hit@1, hit@5, MRR, abstention, off-topic answers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from answers.evaluation import (
+    EvaluationError,
+    Metrics,
+    evaluation_metrics,
+    evaluation_run,
+    evaluation_set_load,
+    evaluation_user_default,
+)
+
+FLOORS = (
+    # (option, metric, is a minimum, label)
+    ("min_hit1", "hit1", True, "hit@1"),
+    ("min_hit5", "hit5", True, "hit@5"),
+    ("max_abstain", "abstain", False, "on-topic abstention"),
+    ("max_offtopic", "offtopic", False, "off-topic answered"),
+)
+
+
+def _split_of(file: str) -> str:
+    """``dev`` for ``eval/handbook.dev.jsonl``: the suffix before the last one, if any."""
+    suffixes = Path(file).suffixes
+    return suffixes[-2].lstrip(".") if len(suffixes) >= 2 else ""
+
+
+def _short(key: str) -> str:
+    """A source key as the table shows it: relative to the current folder when inside it."""
+    cwd = str(Path.cwd()) + "/"
+    return key[len(cwd) :] if key.startswith(cwd) else key
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+class Command(BaseCommand):
+    help = (
+        "Run question sets (JSON Lines: {question, expect: [source key or title, ...]}) "
+        "through retrieval and source selection, and print hit@1, hit@5, MRR, on-topic "
+        "abstention and off-topic answer rates. The --min/--max floors apply to all files "
+        "together and make the command fail when missed."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("files", nargs="+", type=Path, help="JSON Lines question sets.")
+        parser.add_argument(
+            "--user",
+            help="Evaluate as this user (their access applies). Default: an unsaved "
+            "superuser who sees every document.",
+        )
+        parser.add_argument("--misses", action="store_true", help="List every miss.")
+        for option, _, minimum, label in FLOORS:
+            parser.add_argument(
+                "--" + option.replace("_", "-"),
+                type=float,
+                help=f"Fail if {label} is {'below' if minimum else 'above'} this (0..1).",
+            )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        if options["user"]:
+            try:
+                user = get_user_model().objects.get(username=options["user"])
+            except get_user_model().DoesNotExist:
+                raise CommandError(f"No user {options['user']!r}.") from None
+        else:
+            user = evaluation_user_default()
+        try:
+            sets = [(str(path), evaluation_set_load(path=path)) for path in options["files"]]
+        except EvaluationError as exc:
+            raise CommandError(str(exc)) from None
+
+        everything: list[Any] = []
+        rows: list[Metrics] = []
+        for name, items in sets:
+            results = evaluation_run(items=items, user=user)
+            everything += results
+            rows.append(evaluation_metrics(name=name, results=results))
+        total = evaluation_metrics(name="all", results=everything)
+        splits: dict[str, list[Any]] = {}
+        for result in everything:
+            split = _split_of(result.item.file)
+            if split:
+                splits.setdefault(split, []).append(result)
+        if len(rows) > 1:
+            rows += [
+                evaluation_metrics(name=f"split {name}", results=results)
+                for name, results in splits.items()
+                if len(results) < len(everything)
+            ]
+            rows.append(total)
+        self._table(rows)
+        if options["misses"]:
+            self._misses(total)
+
+        failures = []
+        rates = total.rates()
+        for option, metric, minimum, label in FLOORS:
+            floor = options[option]
+            value = rates[metric]
+            if floor is None or value is None:
+                continue
+            if (value < floor) if minimum else (value > floor):
+                bound = "under the floor" if minimum else "over the ceiling"
+                failures.append(f"{label} {value:.3f} is {bound} {floor:.3f}")
+        if failures:
+            raise CommandError("Evaluation failed: " + "; ".join(failures) + ".")
+
+    def _table(self, rows: list[Metrics]) -> None:
+        width = max(len(r.name) for r in rows)
+        head = f"{'set':<{width}}  {'on':>4}  {'hit@1':>6}  {'hit@5':>6}  {'MRR':>6}  "
+        head += f"{'abstain':>7}  {'off':>4}  {'off answered':>12}"
+        self.stdout.write(head)
+        for r in rows:
+            x = r.rates()
+            self.stdout.write(
+                f"{r.name:<{width}}  {r.on_topic:>4}  {_fmt(x['hit1']):>6}  "
+                f"{_fmt(x['hit5']):>6}  {_fmt(x['mrr']):>6}  {_fmt(x['abstain']):>7}  "
+                f"{r.off_topic:>4}  {_fmt(x['offtopic']):>12}"
+            )
+
+    def _misses(self, total: Metrics) -> None:
+        self.stdout.write("")
+        self.stdout.write("misses (on-topic not first, or off-topic answered):")
+        for miss in total.misses:
+            item = miss.item
+            got = ", ".join(_short(k) for k in miss.ranked[:3]) or "(no answer)"
+            rank = "-" if miss.rank is None else str(miss.rank)
+            want = ", ".join(item.expect) or "(no answer)"
+            self.stdout.write(
+                f"{item.file}:{item.line}  rank {rank}  {item.question}\n"
+                f"    want: {want}\n    got:  {got}"
+            )

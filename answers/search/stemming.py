@@ -1,0 +1,50 @@
+"""The stemmer both built-in backends index and search with: Snowball English (Porter2).
+
+FTS5's own ``porter`` tokenizer is the original Porter algorithm, which folds unrelated
+words into one stem ("generators" and "General" both become ``gener``, so a question about
+generators matched every licence text; ADR 0013). PostgreSQL's ``english`` configuration
+is Snowball already. On SQLite the text is stemmed here, in Python, by the index triggers
+(through the SQL function ``answers_stem``, registered on every connection) and for the
+query, and FTS5 only splits the stems on spaces (``unicode61``, no ``porter``).
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import unicodedata
+from typing import Any
+
+import Stemmer
+
+SQL_FUNCTION = "answers_stem"
+# FTS5's unicode61 split (letters and digits; everything else separates), as query_terms.
+_TOKEN = re.compile(r"[^\W_]+")
+_local = threading.local()  # a PyStemmer object is not safe to share between threads
+
+
+def _stemmer() -> Any:
+    stemmer = getattr(_local, "stemmer", None)
+    if stemmer is None:
+        stemmer = _local.stemmer = Stemmer.Stemmer("english")
+    return stemmer
+
+
+def _fold(text: str) -> str:
+    """Lower-cased, without diacritics ("café" matches "cafe", as remove_diacritics 2)."""
+    decomposed = unicodedata.normalize("NFKD", text.lower())
+    return "".join(c for c in decomposed if not unicodedata.combining(c))
+
+
+def stem_text(text: str | None) -> str:
+    """``text`` as the index stores it: its words' stems, one space apart, in order (so a
+    chunk keeps its length in tokens)."""
+    if not text:
+        return ""
+    return " ".join(_stemmer().stemWords(_TOKEN.findall(_fold(text))))
+
+
+def register_sqlite_function(sender: Any, connection: Any, **kwargs: Any) -> None:
+    """``connection_created`` receiver: the triggers of migration 0007 call the stemmer."""
+    if connection.vendor == "sqlite":
+        connection.connection.create_function(SQL_FUNCTION, 1, stem_text, deterministic=True)

@@ -1,0 +1,116 @@
+"""Real documents of every supported type, written at test time by the libraries that make them."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import docx
+import openpyxl
+import pptx
+import pypdf
+from fpdf import FPDF
+
+
+def docx_bytes(*, title: str | None, heading: str, paragraphs: list[str]) -> bytes:
+    document = docx.Document()
+    if title is not None:
+        document.core_properties.title = title
+    document.add_heading(heading, level=1)
+    for text in paragraphs:
+        document.add_paragraph(text)
+    table = document.add_table(rows=1, cols=2)
+    table.rows[0].cells[0].text, table.rows[0].cells[1].text = "cell one", "cell two"
+    out = io.BytesIO()
+    document.save(out)
+    return out.getvalue()
+
+
+def pptx_bytes(*, slide_title: str, text: str) -> bytes:
+    presentation = pptx.Presentation()
+    slide = presentation.slides.add_slide(presentation.slide_layouts[1])
+    slide.shapes.title.text = slide_title
+    slide.placeholders[1].text = text
+    out = io.BytesIO()
+    presentation.save(out)
+    return out.getvalue()
+
+
+def xlsx_bytes(*, title: str, rows: list[list[object]]) -> bytes:
+    workbook = openpyxl.Workbook()
+    workbook.properties.title = title
+    sheet = workbook.active
+    sheet.title = "Figures"
+    for row in rows:
+        sheet.append(row)
+    out = io.BytesIO()
+    workbook.save(out)
+    return out.getvalue()
+
+
+def pdf_bytes(*, title: str | None, lines: list[str]) -> bytes:
+    pdf = FPDF()
+    if title is not None:
+        pdf.set_title(title)
+    pdf.add_page()
+    pdf.set_font("Helvetica", size=12)
+    for line in lines:
+        pdf.multi_cell(0, 8, line, new_x="LMARGIN", new_y="NEXT")
+    return bytes(pdf.output())
+
+
+def pdf_mixed_fonts_bytes() -> bytes:
+    """A term in Helvetica touching its description in Helvetica-Oblique, as DocBook sets it."""
+    pdf = FPDF()
+    pdf.add_page()
+    pdf.set_font("Helvetica", size=12)
+    pdf.write(8, "GNOME")
+    pdf.set_font("Helvetica", style="I", size=12)
+    pdf.write(8, "The GNOME desktop")
+    pdf.ln()
+    pdf.set_font("Helvetica", size=12)
+    pdf.write(8, "JavaScript and McDonald stay whole.")
+    return bytes(pdf.output())
+
+
+def encrypted_pdf_bytes(*, user_password: str) -> bytes:
+    writer = pypdf.PdfWriter(
+        clone_from=pypdf.PdfReader(io.BytesIO(pdf_bytes(title=None, lines=["Secret"])))
+    )
+    writer.encrypt(user_password=user_password, owner_password="owner", algorithm="AES-256")
+    out = io.BytesIO()
+    writer.write(out)
+    return out.getvalue()
+
+
+# A Texinfo-made page (as /usr/share/doc/libffi8/html/*.html): its navigation bar is chrome.
+TEXINFO_HTML = """<!DOCTYPE html><html><head><title>Closure Example (mylib manual)</title></head>
+<body lang="en"><div class="section" id="Closure-Example"><div class="header"><p>
+Next: <a href="n.html">Thread Safety</a>, Previous: <a href="p.html">The Closure API</a>,
+Up: <a href="u.html">Using mylib</a> &nbsp; [<a href="Index.html">Index</a>]</p></div><hr>
+<h3 class="section">2.6 Closure Example</h3>
+<ul class="section-toc"><li><a href="#Arrays">Arrays</a></li></ul>
+<p>A trivial example that binds <code>fputs</code> to a stream.</p>
+<pre class="example">int main()
+{
+  return 0;
+}</pre>
+</div></body></html>"""
+
+# A site page: header, nav, aside and footer around one <main>.
+SITE_HTML = """<html><head><title>Billing FAQ</title></head><body>
+<header><a href="/">Home</a> <a href="/login">Log in</a></header>
+<nav><ul><li>Products</li><li>Pricing</li></ul></nav>
+<main><article><header><h1>How refunds work</h1></header>
+<p>Refunds reach the card within five days.</p></article></main>
+<aside>Related: shipping times</aside><footer>Copyright 2026 Example Ltd</footer>
+</body></html>"""
+
+
+def write(path: Path, data: bytes | str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(data, str):
+        path.write_text(data, encoding="utf-8")
+    else:
+        path.write_bytes(data)
+    return path

@@ -1,0 +1,119 @@
+"""The development set-up `make run` leaves behind: a `.env` every `manage.py` command reads
+(variables already set win; production without it still needs a real key; the tests read
+none), and `bootstrap`'s way back to a lost password."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from tests.live import REPO_ROOT
+
+PRINT_DEBUG = "from django.conf import settings; print('DEBUG', settings.DEBUG)"
+
+
+def _settings(tmp_path: Path, env_file: str | None, module: str = "config.settings", **env: str):  # type: ignore[no-untyped-def]
+    clean = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("DJANGO_", "ANSWERS_")) and k not in ("DATABASE_URL", "REDIS_URL")
+    }
+    clean["DJANGO_SETTINGS_MODULE"] = module
+    if env_file is not None:
+        clean["DJANGO_ENV_FILE"] = env_file
+    clean["DATABASE_URL"] = f"sqlite:///{tmp_path / 'unused.sqlite3'}"
+    return subprocess.run(
+        [sys.executable, "-c", f"import django; django.setup(); {PRINT_DEBUG}"],
+        cwd=REPO_ROOT,
+        env={**clean, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+@pytest.fixture
+def dev_env(tmp_path: Path) -> str:
+    env_file = tmp_path / ".env"
+    env_file.write_text("# as make run writes it\nDJANGO_DEBUG=1\n")
+    return str(env_file)
+
+
+def test_the_env_file_turns_on_the_development_set_up(tmp_path, dev_env):
+    result = _settings(tmp_path, dev_env)
+    assert result.returncode == 0, result.stderr
+    assert "DEBUG True" in result.stdout
+
+
+def test_a_variable_already_set_wins_over_the_env_file(tmp_path, dev_env):
+    result = _settings(tmp_path, dev_env, DJANGO_DEBUG="0")
+    assert result.returncode != 0
+    assert "DJANGO_SECRET_KEY must be set" in result.stderr
+
+
+def test_without_an_env_file_production_still_needs_a_real_key(tmp_path):
+    result = _settings(tmp_path, str(tmp_path / "missing.env"))
+    assert result.returncode != 0
+    assert "DJANGO_SECRET_KEY must be set" in result.stderr
+    result = _settings(tmp_path, str(tmp_path / "missing.env"), DJANGO_SECRET_KEY="k" * 50)
+    assert result.returncode == 0, result.stderr
+    assert "DEBUG False" in result.stdout
+
+
+def test_the_test_settings_read_no_env_file(tmp_path, dev_env):
+    result = _settings(tmp_path, dev_env, module="tests.settings")
+    assert result.returncode == 0, result.stderr
+    assert "DEBUG False" in result.stdout
+
+
+def test_the_env_file_is_git_ignored():
+    result = subprocess.run(
+        ["git", "check-ignore", "-q", ".env"], cwd=REPO_ROOT, check=False, timeout=30
+    )
+    assert result.returncode == 0
+
+
+# ------------------------------------------------------------------ bootstrap passwords
+
+
+@pytest.mark.django_db
+def test_bootstrap_says_how_to_get_a_lost_password_back(django_user_model, capsys):
+    django_user_model.objects.create_superuser(username="admin", email="", password="old-pw")
+    call_command("bootstrap")
+    out = capsys.readouterr().out
+    assert "A staff login exists already." in out
+    assert "manage.py bootstrap --reset-password" in out
+    assert "manage.py changepassword" in out
+
+
+@pytest.mark.django_db
+def test_bootstrap_reset_password_prints_a_new_one_and_lifts_a_lockout(
+    django_user_model, capsys, client
+):
+    django_user_model.objects.create_superuser(username="admin", email="", password="old-pw")
+    for _ in range(5):
+        client.post("/accounts/login/", {"username": "admin", "password": "forgotten"})
+    old = {"username": "admin", "password": "old-pw"}
+    assert client.post("/accounts/login/", old).status_code == 429  # locked out
+    call_command("bootstrap", "--reset-password")
+    out = capsys.readouterr().out
+    password = out.strip().splitlines()[-1].removeprefix("  password: ")
+    assert password and password != "old-pw"
+    admin = django_user_model.objects.get(username="admin")
+    assert admin.check_password(password)
+    assert not admin.check_password("old-pw")
+    login = {"username": "admin", "password": password}
+    assert client.post("/accounts/login/", login).status_code == 302
+
+
+@pytest.mark.django_db
+def test_bootstrap_reset_password_of_a_missing_login_says_what_to_do():
+    with pytest.raises(CommandError, match="No login 'nobody'"):
+        call_command("bootstrap", "--reset-password", "--username", "nobody")

@@ -1,0 +1,176 @@
+"""``manage.py evaluate``: the metrics on small sets, the floors' exit codes, bad input, and
+the shipped test split holding the floors in eval/floors.json."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+from pathlib import Path
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from tests.corpus import ingest_text
+
+pytestmark = pytest.mark.django_db
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def gadgets() -> None:
+    """Two documents whose words no other document has, so the ranks are certain."""
+    ingest_text(
+        "eval-test:zorblat",
+        "Zorblat flange calibration",
+        "The zorblat flange is calibrated with a brass wrenchlet every spring. "
+        "Calibrating the zorblat flange takes an hour.",
+    )
+    ingest_text(
+        "eval-test:quimbly",
+        "Quimbly sprocket care",
+        "A quimbly sprocket is greased with goose fat. Grease the quimbly sprocket monthly.",
+    )
+
+
+def write_set(tmp_path: Path, name: str, rows: list[object]) -> Path:
+    path = tmp_path / name
+    path.write_text(
+        "".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows),
+        encoding="utf-8",
+    )
+    return path
+
+
+def evaluate(*args: object) -> str:
+    out = io.StringIO()
+    call_command("evaluate", *[str(a) for a in args], stdout=out)
+    return out.getvalue()
+
+
+def row(output: str, name: str) -> list[str]:
+    for line in output.splitlines():
+        if line.startswith(name + " ") or line == name:
+            return line.split()[-7:]
+    raise AssertionError(f"no row {name!r} in:\n{output}")
+
+
+SMALL = [
+    {"question": "How is the zorblat flange calibrated?", "expect": ["eval-test:zorblat"]},
+    # Finds the other document only: a miss that is still answered.
+    {"question": "How is the quimbly sprocket greased?", "expect": ["eval-test:zorblat"]},
+    # Expected by title; nothing matches, so the question is abstained on.
+    {"question": "xqzvor wublorpt frindlemax?", "expect": ["Zorblat flange calibration"]},
+    # Off-topic by the set's say-so, but answered: counts as off-topic answered.
+    {"question": "How is the zorblat flange calibrated?", "expect": []},
+    {"question": "ploogretz vantaxiq?", "expect": []},
+]
+
+
+def test_metrics_on_a_small_set(gadgets: None, tmp_path: Path) -> None:
+    path = write_set(tmp_path, "small.dev.jsonl", SMALL)
+    output = evaluate(path, "--misses")
+    on, hit1, hit5, mrr, abstain, off, off_answered = row(output, str(path))
+    assert (on, hit1, hit5, mrr, abstain) == ("3", "0.333", "0.333", "0.333", "0.333")
+    assert (off, off_answered) == ("2", "0.500")
+    # The misses name the file and line, what was wanted and what came back.
+    assert f"{path}:2  rank -  How is the quimbly sprocket greased?" in output
+    assert "got:  eval-test:quimbly" in output
+    assert f"{path}:3  rank -" in output and "(no answer)" in output
+    assert f"{path}:4  rank -" in output
+    assert f"{path}:1  " not in output and f"{path}:5  " not in output
+
+
+def test_rows_per_file_per_split_and_all(gadgets: None, tmp_path: Path) -> None:
+    dev = write_set(tmp_path, "a.dev.jsonl", SMALL[:1])
+    test = write_set(tmp_path, "a.test.jsonl", SMALL[1:2] + SMALL[4:])
+    output = evaluate(dev, test)
+    assert row(output, "split dev")[:2] == ["1", "1.000"]
+    assert row(output, "split test")[:2] == ["1", "0.000"]
+    assert row(output, "all")[:3] == ["2", "0.500", "0.500"]
+
+
+def test_floors_fail_the_command_with_the_reason(gadgets: None, tmp_path: Path) -> None:
+    path = write_set(tmp_path, "small.jsonl", SMALL)
+    evaluate(path, "--min-hit1", "0.3", "--min-hit5", "0.3", "--max-abstain", "0.34")
+    with pytest.raises(CommandError, match=re.escape("hit@1 0.333 is under the floor 0.500")):
+        evaluate(path, "--min-hit1", "0.5")
+    with pytest.raises(CommandError) as caught:
+        evaluate(path, "--min-hit5", "0.9", "--max-abstain", "0.2", "--max-offtopic", "0.4")
+    message = str(caught.value)
+    assert "hit@5 0.333 is under the floor 0.900" in message
+    assert "on-topic abstention 0.333 is over the ceiling 0.200" in message
+    assert "off-topic answered 0.500 is over the ceiling 0.400" in message
+
+
+def test_floors_exit_non_zero_from_the_command_line(gadgets: None, tmp_path: Path) -> None:
+    path = write_set(tmp_path, "small.jsonl", SMALL)
+    from django.core.management import ManagementUtility
+
+    with pytest.raises(SystemExit) as exited:
+        ManagementUtility(["manage.py", "evaluate", str(path), "--min-hit1", "0.9"]).execute()
+    assert exited.value.code == 1
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ('{"question": "x", "expect": [}', "not valid JSON"),
+        ('["a list"]', "expected an object"),
+        ('{"expect": []}', "missing or empty 'question'"),
+        ('{"question": "  ", "expect": []}', "missing or empty 'question'"),
+        ('{"question": "What is a lambda?"}', "'expect' must be a list"),
+        ('{"question": "What is a lambda?", "expect": "lambda"}', "'expect' must be a list"),
+        (
+            '{"question": "What is a lambda?", "expect": ["python-docs:nosuchtopic"]}',
+            "no document has the title or source key 'python-docs:nosuchtopic'",
+        ),
+    ],
+)
+def test_bad_input_names_the_file_and_line(tmp_path: Path, line: str, message: str) -> None:
+    good = '{"question": "What is a lambda expression?", "expect": ["python-docs:lambda"]}'
+    path = write_set(tmp_path, "bad.jsonl", [good, "", line])
+    with pytest.raises(CommandError, match=re.escape(f"{path}:3: {message}")):
+        evaluate(path)
+
+
+def test_a_missing_file_or_user_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(CommandError, match="cannot read it"):
+        evaluate(tmp_path / "missing.jsonl")
+    path = write_set(tmp_path, "ok.jsonl", [{"question": "What is a lambda?", "expect": []}])
+    with pytest.raises(CommandError, match="No user 'nobody'"):
+        evaluate(path, "--user", "nobody")
+
+
+def test_user_option_applies_that_users_access(asker: object, tmp_path: Path) -> None:
+    path = write_set(
+        tmp_path,
+        "vault.jsonl",
+        [
+            {
+                "question": "Where does the Nightjar zeppelin launch from?",
+                "expect": ["Project Nightjar launch plan"],
+            }
+        ],
+    )
+    # The default evaluation user sees every document, restricted ones included.
+    assert row(evaluate(path), str(path))[1] == "1.000"
+    # An asker outside the vault group gets no source: abstained.
+    assert row(evaluate(path, "--user", "asker"), str(path))[4] == "1.000"
+
+
+def test_shipped_test_split_holds_the_floors() -> None:
+    """The CI floor (eval/floors.json): a ranking regression fails the build."""
+    call_command(
+        "ingest", str(ROOT / "eval/corpora/handbook"), "--no-progress", stdout=io.StringIO()
+    )
+    floors = json.loads((ROOT / "eval/floors.json").read_text(encoding="utf-8"))
+    options = [
+        item
+        for key in ("min_hit1", "min_hit5", "max_abstain", "max_offtopic")
+        for item in ("--" + key.replace("_", "-"), str(floors[key]))
+    ]
+    output = evaluate(*[ROOT / name for name in floors["files"]], *options)
+    assert row(output, "all")[0] == "105"

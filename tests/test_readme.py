@@ -1,0 +1,190 @@
+"""A fresh clone running the README's newcomer commands exactly as written.
+
+The tree is copied as git sees it (committed plus untracked-but-not-ignored files, so work
+not yet committed is in it; in CI that is the clone). To stay fast it does not reinstall:
+the copy's ``.venv`` is a directory whose ``bin`` and ``lib`` link to the virtualenv
+running the tests, with its own ``.installed`` stamp, so ``make run`` finds everything installed
+and never writes into the shared virtualenv. Python imports the copy's own ``answers`` and
+``config`` (the script's folder, and daphne's ``.``, come before the editable install).
+Everything else is as a newcomer has it: no DJANGO_*/ANSWERS_* variables, no database, no
+``.env``, ``make run`` on a free PORT, then the README's commands in that folder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from bs4 import BeautifulSoup
+
+from tests.live import REPO_ROOT
+
+README = REPO_ROOT / "README.md"
+START_TIMEOUT = 90.0  # migrate + the demo corpus + daphne; about 15 s here
+
+
+def _newcomer_section() -> str:
+    text = README.read_text()
+    match = re.search(r"^## Two commands\n(.*?)^## ", text, re.S | re.M)
+    assert match, "README has no '## Two commands' section"
+    return match.group(1)
+
+
+def _commands_after_make_run() -> list[str]:
+    """The shell block that follows `make run` in the README: one command a line
+    (continuations joined, trailing comments dropped)."""
+    blocks = re.findall(r"```sh\n(.*?)```", _newcomer_section(), re.S)
+    assert len(blocks) >= 2, "README: the `make run` block, then the commands to run next"
+    assert re.search(r"^make run\b", blocks[0], re.M)
+    lines = blocks[1].replace("\\\n", " ").splitlines()
+    return [re.split(r"\s{2,}#", line)[0].strip() for line in lines if line.strip()]
+
+
+def _copy_tree(target: Path) -> None:
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        check=True,
+        timeout=60,
+    ).stdout.decode()
+    for name in filter(None, listed.split("\0")):
+        source = REPO_ROOT / name
+        if not source.is_file():  # deleted in the working tree, not yet committed
+            continue
+        (target / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(source, target / name)
+
+
+def _link_venv(target: Path) -> None:
+    venv = Path(sys.prefix)  # the virtualenv running the tests (`make test`: .venv)
+    if not (venv / "pyvenv.cfg").exists():
+        pytest.skip("the tests do not run in a virtualenv to lend the copy")
+    copy = target / ".venv"
+    copy.mkdir()
+    shutil.copy2(venv / "pyvenv.cfg", copy / "pyvenv.cfg")
+    for part in ("bin", "lib", "lib64", "include"):
+        if (venv / part).exists():
+            (copy / part).symlink_to(venv / part)
+    (copy / ".installed").touch()  # newer than the copied pyproject.toml: nothing to install
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _newcomer_env() -> dict[str, str]:
+    dropped = ("DATABASE_URL", "REDIS_URL", "VIRTUAL_ENV", "PYTHONPATH", "PORT", "HOST")
+    return {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("DJANGO_", "ANSWERS_", "MAKE", "OPENAI_")) and k not in dropped
+    }
+
+
+def _wait_for_login_page(url: str, server: subprocess.Popen[bytes], log: Path) -> None:
+    deadline = time.monotonic() + START_TIMEOUT
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            pytest.fail(f"make run exited ({server.returncode}):\n{log.read_text()[-4000:]}")
+        try:
+            if httpx.get(url, timeout=2.0).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    pytest.fail(f"make run did not serve {url}:\n{log.read_text()[-4000:]}")
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+def test_a_fresh_clone_runs_the_readme_commands_as_written(tmp_path: Path) -> None:
+    clone = tmp_path / "cited-answers"
+    clone.mkdir()
+    _copy_tree(clone)
+    assert not (clone / ".env").exists() and not (clone / "db.sqlite3").exists()
+    _link_venv(clone)
+    env = _newcomer_env()
+    port = _free_port()
+    log = tmp_path / "make-run.log"
+    with log.open("wb") as out:
+        # A session of its own, so the whole `make run` (make, daphne) stops at the end.
+        server = subprocess.Popen(
+            ["make", "run", f"PORT={port}"],
+            cwd=clone,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        _wait_for_login_page(f"{base}/accounts/login/", server, log)
+        started = log.read_text()
+        assert "username: admin" in started and "password: " in started
+        assert (clone / ".env").exists()
+        outputs: dict[str, str] = {}
+        token = ""
+        for command in _commands_after_make_run():
+            # The README's placeholders: the token just printed, and the port we serve on.
+            runnable = command.replace("ca_...", token).replace(
+                "127.0.0.1:8000", f"127.0.0.1:{port}"
+            )
+            result = subprocess.run(
+                ["bash", "-c", runnable],
+                cwd=clone,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=False,
+            )
+            assert result.returncode == 0, f"{command}\n{result.stdout}\n{result.stderr}"
+            assert "Traceback" not in result.stderr, f"{command}\n{result.stderr}"
+            outputs[command.split()[2] if command.startswith(".venv") else command.split()[0]] = (
+                result.stdout
+            )
+            if "createapitoken" in command:
+                token = result.stdout.strip().splitlines()[-1]
+                assert token.startswith("ca_")
+        if "bootstrap" in outputs:  # `--reset-password`: the new password logs in
+            password = outputs["bootstrap"].strip().splitlines()[-1].split("password: ")[-1]
+            _log_in(base, password)
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        try:
+            server.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait(timeout=15)
+
+    assert {"createapitoken", "curl"} <= outputs.keys()
+    answer = json.loads(outputs["curl"])
+    assert answer["status"] == "complete" and answer["references"], answer
+    if "ask" in outputs:
+        assert "Sources" in outputs["ask"]
+
+
+def _log_in(base: str, password: str) -> None:
+    login = f"{base}/accounts/login/"
+    with httpx.Client(timeout=10) as browser:
+        page = BeautifulSoup(browser.get(login).text, "html.parser")
+        csrf = page.select_one('input[name="csrfmiddlewaretoken"]')["value"]
+        response = browser.post(
+            login,
+            data={"username": "admin", "password": password, "csrfmiddlewaretoken": csrf},
+            headers={"Referer": login},
+        )
+    assert response.status_code == 302, response.text[-2000:]
