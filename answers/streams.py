@@ -253,7 +253,9 @@ async def _produce(run: pipeline.AnswerRun, publisher: _Publisher) -> None:
         logger.exception("Generating answer %s failed", run.answer.pk)
         if not publisher.finished:
             await publisher.publish(
-                ErrorEvent(pipeline.GENERIC_ERROR, answer_id=run.answer.pk, code="generation_failed")
+                ErrorEvent(
+                    pipeline.GENERIC_ERROR, answer_id=run.answer.pk, code="generation_failed"
+                )
             )
 
 

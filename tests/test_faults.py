@@ -114,8 +114,8 @@ def test_faults_on_the_streamed_path_end_with_a_generic_error_and_keep_the_parti
     messages = ask_socket(asker)
     assert messages[0]["type"] == "references"
     assert messages[-1] == {
-        "seq": len(messages), "type": "error", "message": GENERIC_ERROR, "code": "generation_failed",
-        "answer_id": messages[0]["answer_id"],
+        "seq": len(messages), "type": "error", "message": GENERIC_ERROR,
+        "code": "generation_failed", "answer_id": messages[0]["answer_id"],
     }  # fmt: skip
     shown = "".join(m["text"] for m in messages if m["type"] == "token")
     answer = Answer.objects.get(pk=messages[0]["answer_id"])
