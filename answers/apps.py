@@ -11,7 +11,7 @@ class AnswersConfig(AppConfig):
     def ready(self) -> None:
         from django.db.backends.signals import connection_created
 
-        from . import checks, conf  # noqa: F401  (registers the system check and signal)
+        from . import checks, conf, registry  # noqa: F401  (registers the check and signals)
         from .search.stemming import register_sqlite_function
 
         # The FTS5 index triggers stem in Python (ADR 0013): every connection needs it.

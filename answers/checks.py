@@ -9,35 +9,8 @@ from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.db import connection
 from django.utils.module_loading import import_string
 
-from .conf import DEFAULTS, answers_settings
+from .conf import DEFAULTS, SETTINGS, answers_settings
 from .search.base import search_takes_scope
-
-_NUMBERS: dict[str, tuple[type, float, float | None]] = {
-    "SCORE_THRESHOLD": (float, 0.0, 1.0),
-    "CANDIDATES": (int, 1, 1000),
-    "MAX_CHUNKS_PER_DOCUMENT": (int, 1, 50),
-    "MAX_SOURCES": (int, 1, 100),
-    "MAX_QUESTION_LENGTH": (int, 1, 100_000),
-    "HISTORY_TURNS": (int, 0, 50),
-    "HISTORY_ANSWER_CHARS": (int, 0, None),
-    "CHUNK_SIZE": (int, 100, 100_000),
-    "EXCERPT_CHARS": (int, 20, None),
-    "EXTRACTIVE_DELAY": (float, 0.0, 10.0),
-    "EXTRACTIVE_SENTENCES": (int, 1, 20),
-    "FIRST_TOKEN_TIMEOUT": (float, 0.01, 3600),
-    "RERANK_TIMEOUT": (float, 0.01, 600),
-    "IDLE_TIMEOUT": (float, 0.01, 3600),
-    "TOTAL_TIMEOUT": (float, 0.01, 86400),
-    "MAX_EMPTY_DELTAS": (int, 1, None),
-    "MAX_ANSWER_CHARS": (int, 1, None),
-    "PROVIDER_RETRIES": (int, 0, 10),
-    "RETRY_BACKOFF": (float, 0.0, 60),
-    "MAX_CONCURRENT_STREAMS": (int, 1, 1000),
-    "QUESTIONS_PER_MINUTE": (int, 1, 100_000),
-    "STREAM_COALESCE_MS": (int, 0, 1000),
-    "STREAM_LOG_TTL": (int, 1, 7 * 86400),
-    "STREAM_POLL_INTERVAL": (float, 0.05, 60),
-}
 
 
 @register(Tags.compatibility)
@@ -55,7 +28,10 @@ def check_answers_settings(app_configs: Any = None, **kwargs: Any) -> list[Check
                     id="answers.E002",
                 )
             )
-    for key, (kind, low, high) in _NUMBERS.items():
+    for setting in SETTINGS:
+        if setting.low is None:
+            continue
+        key, kind, low, high = setting.name, setting.kind, setting.low, setting.high
         value = getattr(answers_settings, key)
         ok_type = isinstance(value, int | float) if kind is float else isinstance(value, int)
         if isinstance(value, bool) or not ok_type:
@@ -100,13 +76,12 @@ def check_answers_settings(app_configs: Any = None, **kwargs: Any) -> list[Check
                 )
             )
             continue
-        if key == "RERANKER" and callable(getattr(imported, "check", None)):
+        # Each part validates its own settings (as staticfiles asks its finders).
+        if callable(getattr(imported, "check", None)):
             errors += imported.check()
         if key == "SEARCH_BACKEND":
             errors += _check_search_backend_vendor(path, imported)
             errors += _check_search_backend_scope(path, imported)
-    if answers_settings.provider_path() == "answers.providers.openai.OpenAIProvider":
-        errors += _check_openai()
     return errors
 
 
@@ -166,36 +141,3 @@ def _check_stream_cache(alias: str) -> list[CheckMessage]:
             id="answers.W001",
         )
     ]
-
-
-def _check_openai() -> list[CheckMessage]:
-    from .providers.openai import openai_api_key, openai_base_url
-
-    errors: list[CheckMessage] = []
-    try:
-        import openai  # noqa: F401
-    except ImportError:
-        errors.append(
-            Error(
-                "ANSWERS['PROVIDER'] is 'openai' but the openai package is not installed.",
-                hint='pip install ".[openai]"',
-                id="answers.E010",
-            )
-        )
-    if not str(answers_settings.MODEL).strip():
-        errors.append(
-            Error(
-                "The openai provider needs a model name.",
-                hint="Set ANSWERS_MODEL (or ANSWERS['MODEL']), e.g. gpt-4o-mini or llama3.1.",
-                id="answers.E011",
-            )
-        )
-    if not openai_base_url() and not openai_api_key():
-        errors.append(
-            Error(
-                "The openai provider talks to api.openai.com but no API key is set.",
-                hint="Set OPENAI_API_KEY, or OPENAI_BASE_URL for a server of your own.",
-                id="answers.E012",
-            )
-        )
-    return errors

@@ -8,6 +8,7 @@ below; the cache is dropped on ``setting_changed`` so ``override_settings`` work
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
@@ -15,107 +16,254 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.db import connection
 from django.dispatch import receiver
-from django.utils.module_loading import import_string
 
-DEFAULTS: dict[str, Any] = {
-    # Dotted path of the search backend; None picks one for the database in use (SQLite
-    # FTS5 or PostgreSQL full-text search).
-    "SEARCH_BACKEND": None,
-    # Dotted path of a reranker, or None for no reranking.
-    "RERANKER": None,
-    # answers.rerankers.HttpReranker: the /rerank endpoint's URL, "cohere" (Cohere, Jina,
-    # vLLM, Infinity: {model, query, documents, top_n}) or "tei" (text-embeddings-inference:
-    # {query, texts}), model, bearer key and timeout in seconds.
-    "RERANK_URL": "",
-    "RERANK_API": "cohere",
-    "RERANK_MODEL": "",
-    "RERANK_API_KEY": "",
-    "RERANK_TIMEOUT": 5.0,
-    # "extractive" (offline, the default), or a dotted path to a provider class.
-    "PROVIDER": "extractive",
-    # Model name reported by / passed to the provider.
-    "MODEL": "",
-    # Normalized score (0..1, see README "Scores") a chunk needs to be a source.
-    "SCORE_THRESHOLD": 0.25,
-    # How many chunks the search backend returns before thresholding.
-    "CANDIDATES": 40,
-    # At most this many chunks of one document are passed to the model.
-    "MAX_CHUNKS_PER_DOCUMENT": 2,
-    # At most this many distinct documents are numbered as sources.
-    "MAX_SOURCES": 6,
-    # Questions longer than this (characters) are refused with a 400/422.
-    "MAX_QUESTION_LENGTH": 2000,
-    # Earlier turns of a conversation included in the prompt.
-    "HISTORY_TURNS": 3,
-    # Characters of each prior answer kept in the prompt.
-    "HISTORY_ANSWER_CHARS": 1500,
-    # Text stored and shown when no source survives.
-    "NO_ANSWER_MESSAGE": (
-        "I couldn't find anything in the documents you can access that answers this question."
+
+@dataclass(frozen=True)
+class Setting:
+    """One ``ANSWERS`` key, declared once: everything else (defaults, the environment
+    variables config/settings.py reads, the bounds answers.checks enforces, docs/settings.md)
+    is derived from these declarations."""
+
+    name: str
+    default: Any
+    doc: str
+    # Inclusive bounds of a number (None: unbounded above); checked with its type.
+    low: float | None = None
+    high: float | None = None
+    # The environment variable config/settings.py takes this key from, if any.
+    env: str = ""
+
+    @property
+    def kind(self) -> type:
+        return type(self.default)
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting(
+        "SEARCH_BACKEND",
+        None,
+        "Dotted path of the search backend; `None` picks the built-in one for the database "
+        "in use (SQLite FTS5 or PostgreSQL full-text search).",
     ),
-    # Target size of a chunk in characters at ingest.
-    "CHUNK_SIZE": 1200,
-    # Characters of a source shown as its excerpt.
-    "EXCERPT_CHARS": 500,
-    # Seconds the extractive provider waits between deltas (0: as fast as it can).
-    "EXTRACTIVE_DELAY": 0.0,
-    # Sentences the extractive provider puts in an answer.
-    "EXTRACTIVE_SENTENCES": 3,
-    # OpenAI-compatible provider: server URL ("" = api.openai.com) and key; the
-    # environment's OPENAI_BASE_URL / OPENAI_API_KEY are used when these are empty.
-    "OPENAI_BASE_URL": "",
-    "OPENAI_API_KEY": "",
-    # Stream guards (seconds / counts): each ends the answer as failed, partial text kept.
-    "FIRST_TOKEN_TIMEOUT": 30.0,
-    "IDLE_TIMEOUT": 20.0,
-    "TOTAL_TIMEOUT": 180.0,
-    "MAX_EMPTY_DELTAS": 500,
-    "MAX_ANSWER_CHARS": 20000,
-    # Retries of retryable provider failures before the first token, with backoff.
-    "PROVIDER_RETRIES": 2,
-    "RETRY_BACKOFF": 0.5,
-    # Abuse limits, per user: answers being generated at once, and questions a minute.
-    "MAX_CONCURRENT_STREAMS": 2,
-    "QUESTIONS_PER_MINUTE": 20,
-    # Streamed tokens arriving within this many milliseconds go out as one frame (0: off).
-    "STREAM_COALESCE_MS": 0,
-    # Resumable streams (README "Streaming"): the cache alias that holds each answer's event
-    # log, so a reconnecting client can replay what it missed (it must be shared by every
-    # process: Redis when there are several), and seconds the log outlives its last event.
-    "STREAM_CACHE": "default",
-    "STREAM_LOG_TTL": 600,
-    # Seconds a follower waits for a live event before re-reading the log (recovers a
-    # message the channel layer dropped, or a generating process that died).
-    "STREAM_POLL_INTERVAL": 2.0,
-}
-
-# Keys a project can take from the environment as ``ANSWERS_<KEY>`` (config/settings.py
-# does, README "Configuration"): the value is converted to the type of the key's default,
-# and answers.checks checks it like any other.
-ENVIRONMENT_KEYS = (
-    "PROVIDER",
-    "MODEL",
-    "EXTRACTIVE_DELAY",
-    "STREAM_COALESCE_MS",
-    "MAX_CONCURRENT_STREAMS",
-    "QUESTIONS_PER_MINUTE",
+    Setting(
+        "RERANKER",
+        None,
+        "Dotted path of a reranker class (`answers.rerankers.TermOverlapReranker`, "
+        "`answers.rerankers.HttpReranker`), or `None` for no reranking.",
+    ),
+    Setting(
+        "RERANK_URL",
+        "",
+        "HttpReranker: the http(s) URL of the `/rerank` endpoint.",
+    ),
+    Setting(
+        "RERANK_API",
+        "cohere",
+        'HttpReranker: `"cohere"` (Cohere, Jina, vLLM, Infinity: `{model, query, documents, '
+        'top_n}`) or `"tei"` (text-embeddings-inference: `{query, texts}`).',
+    ),
+    Setting("RERANK_MODEL", "", "HttpReranker: the model name sent with each request."),
+    Setting("RERANK_API_KEY", "", "HttpReranker: bearer key (empty: none)."),
+    Setting("RERANK_TIMEOUT", 5.0, "HttpReranker: seconds per request.", 0.01, 600),
+    Setting(
+        "PROVIDER",
+        "extractive",
+        '`"extractive"` (offline, the default), `"openai"`, or a dotted path of a provider class.',
+        env="ANSWERS_PROVIDER",
+    ),
+    Setting("MODEL", "", "Model name passed to / reported by the provider.", env="ANSWERS_MODEL"),
+    Setting(
+        "SCORE_THRESHOLD",
+        0.25,
+        'Normalized score (0..1, README "Scores") a chunk needs to become a source.',
+        0.0,
+        1.0,
+    ),
+    Setting("CANDIDATES", 40, "Chunks fetched from the search backend.", 1, 1000),
+    Setting("MAX_CHUNKS_PER_DOCUMENT", 2, "Chunks of one document passed to the model.", 1, 50),
+    Setting("MAX_SOURCES", 6, "Distinct documents numbered as sources.", 1, 100),
+    Setting(
+        "MAX_QUESTION_LENGTH",
+        2000,
+        "Questions longer than this (characters) are refused (422).",
+        1,
+        100_000,
+    ),
+    Setting("HISTORY_TURNS", 3, "Earlier turns of a conversation included in the prompt.", 0, 50),
+    Setting(
+        "HISTORY_ANSWER_CHARS",
+        1500,
+        "Characters of each earlier answer kept in the prompt.",
+        0,
+        None,
+    ),
+    Setting(
+        "NO_ANSWER_MESSAGE",
+        "I couldn't find anything in the documents you can access that answers this question.",
+        "The answer stored and shown when no source survives (a non-empty string).",
+    ),
+    Setting("CHUNK_SIZE", 1200, "Target chunk size in characters at ingest.", 100, 100_000),
+    Setting("EXCERPT_CHARS", 500, "Characters of a source shown as its excerpt.", 20, None),
+    Setting(
+        "EXTRACTIVE_DELAY",
+        0.0,
+        "Seconds the extractive provider waits between deltas (0: as fast as it can).",
+        0.0,
+        10.0,
+        env="ANSWERS_EXTRACTIVE_DELAY",
+    ),
+    Setting(
+        "EXTRACTIVE_SENTENCES", 3, "Sentences the extractive provider puts in an answer.", 1, 20
+    ),
+    Setting(
+        "OPENAI_BASE_URL",
+        "",
+        "OpenAI-compatible provider: the server's URL (empty: api.openai.com).",
+        env="OPENAI_BASE_URL",
+    ),
+    Setting(
+        "OPENAI_API_KEY",
+        "",
+        "OpenAI-compatible provider: the API key (may be empty for a server of your own).",
+        env="OPENAI_API_KEY",
+    ),
+    Setting(
+        "FIRST_TOKEN_TIMEOUT",
+        30.0,
+        "Seconds to wait for the first delta; then the answer fails, partial text kept.",
+        0.01,
+        3600,
+    ),
+    Setting(
+        "IDLE_TIMEOUT",
+        20.0,
+        "Seconds to wait between deltas once text has started.",
+        0.01,
+        3600,
+    ),
+    Setting("TOTAL_TIMEOUT", 180.0, "Cap on a whole answer's generation, in seconds.", 0.01, 86400),
+    Setting(
+        "MAX_EMPTY_DELTAS",
+        500,
+        "Consecutive empty deltas before the stream is given up.",
+        1,
+        None,
+    ),
+    Setting("MAX_ANSWER_CHARS", 20000, "Cap on an answer's length in characters.", 1, None),
+    Setting(
+        "PROVIDER_RETRIES",
+        2,
+        "Retries of a 429, 5xx or connection failure before the first token.",
+        0,
+        10,
+    ),
+    Setting("RETRY_BACKOFF", 0.5, "Seconds before the first retry, doubling each time.", 0.0, 60),
+    Setting(
+        "MAX_CONCURRENT_STREAMS",
+        2,
+        "Answers one user may have generating at once (more: 429).",
+        1,
+        1000,
+        env="ANSWERS_MAX_CONCURRENT_STREAMS",
+    ),
+    Setting(
+        "QUESTIONS_PER_MINUTE",
+        20,
+        "Questions one user may ask a minute (more: 429 with `retry_after`).",
+        1,
+        100_000,
+        env="ANSWERS_QUESTIONS_PER_MINUTE",
+    ),
+    Setting(
+        "STREAM_COALESCE_MS",
+        0,
+        "Streamed tokens arriving within this many milliseconds go out as one frame "
+        "(0: off; e.g. 5 for a fast local model).",
+        0,
+        1000,
+        env="ANSWERS_STREAM_COALESCE_MS",
+    ),
+    Setting(
+        "STREAM_CACHE",
+        "default",
+        "Cache alias holding each answer's stream log, so a reconnecting client replays "
+        "what it missed; every process must share it (Redis when there are several).",
+    ),
+    Setting(
+        "STREAM_LOG_TTL",
+        600,
+        "Seconds an answer's stream log is kept after its last event.",
+        1,
+        7 * 86400,
+    ),
+    Setting(
+        "STREAM_POLL_INTERVAL",
+        2.0,
+        "Seconds a follower waits for a live event before re-reading the log (recovers a "
+        "dropped message or a generating process that died).",
+        0.05,
+        60,
+    ),
 )
+
+SETTINGS_BY_NAME: dict[str, Setting] = {setting.name: setting for setting in SETTINGS}
+DEFAULTS: dict[str, Any] = {setting.name: setting.default for setting in SETTINGS}
+
+# Keys a project can take from the environment (config/settings.py does, README
+# "Configuration"): the value is converted to the type of the key's default, and
+# answers.checks checks it like any other.
+ENVIRONMENT_KEYS = tuple(setting.name for setting in SETTINGS if setting.env)
 
 
 def settings_from_environment(environ: Mapping[str, str]) -> dict[str, Any]:
     """The ``ANSWERS`` keys that ``environ`` sets (empty variables set nothing)."""
     found: dict[str, Any] = {}
-    for key in ENVIRONMENT_KEYS:
-        raw = environ.get(f"ANSWERS_{key}", "")
+    for setting in SETTINGS:
+        raw = environ.get(setting.env, "") if setting.env else ""
         if not raw:
             continue
-        kind = type(DEFAULTS[key])
         try:
-            found[key] = kind(raw)
+            found[setting.name] = setting.kind(raw)
         except ValueError:
-            wanted = "an integer" if kind is int else "a number"
-            raise ImproperlyConfigured(f"ANSWERS_{key} must be {wanted}, not {raw!r}.") from None
+            wanted = "an integer" if setting.kind is int else "a number"
+            raise ImproperlyConfigured(f"{setting.env} must be {wanted}, not {raw!r}.") from None
     return found
+
+
+def _markdown_cell(value: Any) -> str:
+    return "`" + repr(value).replace("|", "\\|") + "`"
+
+
+def settings_reference() -> str:
+    """docs/settings.md, generated from SETTINGS (a test holds the file to it)."""
+    lines = [
+        "# `ANSWERS` settings",
+        "",
+        "<!-- Generated from answers/conf.py SETTINGS: "
+        "python manage.py answers_settings > docs/settings.md -->",
+        "",
+        "Every key is optional, read lazily, re-read when settings change, and validated by a",
+        "system check at start-up (`manage.py check` names a bad value's key). Numbers must lie",
+        "within the bounds shown. Keys with an environment variable can be set by it in the",
+        "shipped project (`config/settings.py`); the value is converted to the key's type and",
+        "checked like any other.",
+        "",
+        "| key | default | bounds | environment | meaning |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for setting in SETTINGS:
+        if setting.low is None:
+            bounds = ""
+        elif setting.high is None:
+            bounds = f"≥ {setting.low}"
+        else:
+            bounds = f"{setting.low} … {setting.high}"
+        env = f"`{setting.env}`" if setting.env else ""
+        doc = setting.doc.replace("|", "\\|")
+        lines.append(
+            f"| `{setting.name}` | {_markdown_cell(setting.default)} | {bounds} | {env} | {doc} |"
+        )
+    return "\n".join(lines) + "\n"
 
 
 _SEARCH_BACKENDS = {
@@ -160,9 +308,6 @@ class AnswersSettings:
         # SQLite backend, which the system check then reports as not fitting the database.
         return _SEARCH_BACKENDS.get(connection.vendor, _SEARCH_BACKENDS["sqlite"])
 
-    def import_setting(self, path: str) -> Any:
-        return import_string(path)
-
 
 answers_settings = AnswersSettings()
 
@@ -171,6 +316,3 @@ answers_settings = AnswersSettings()
 def _reload_answers_settings(*, setting: str, **kwargs: Any) -> None:
     if setting == "ANSWERS":
         answers_settings.reload()
-        from answers import registry
-
-        registry.reset()

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from functools import cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from django.core.signals import setting_changed
+from django.dispatch import receiver
 from django.utils.module_loading import import_string
 
 from .conf import answers_settings
@@ -35,3 +37,10 @@ def reset() -> None:
     get_search_backend.cache_clear()
     get_reranker.cache_clear()
     get_provider.cache_clear()
+
+
+@receiver(setting_changed)
+def _reset_on_answers_change(*, setting: str, **kwargs: Any) -> None:
+    # The registry listens itself, so answers.conf need not import it (no cycle).
+    if setting == "ANSWERS":
+        reset()

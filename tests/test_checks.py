@@ -129,3 +129,81 @@ def test_the_environment_sets_the_limits_with_their_types_and_bounds(settings):
     assert ids(settings_from_environment({"ANSWERS_QUESTIONS_PER_MINUTE": "0"}), settings) == [
         "answers.E004"
     ]
+
+
+def test_the_openai_server_and_key_come_from_the_environment_into_settings():
+    from answers.conf import settings_from_environment
+
+    environ = {"OPENAI_BASE_URL": "http://127.0.0.1:11434/v1", "OPENAI_API_KEY": "k"}
+    assert settings_from_environment(environ) == {
+        "OPENAI_BASE_URL": "http://127.0.0.1:11434/v1",
+        "OPENAI_API_KEY": "k",
+    }
+
+
+def test_the_provider_reads_only_settings_not_the_environment(settings, monkeypatch):
+    from answers.providers.openai import openai_api_key
+
+    monkeypatch.setenv("OPENAI_API_KEY", "from-the-environment")
+    settings.ANSWERS = {"PROVIDER": "openai", "MODEL": "m"}
+    assert openai_api_key() == ""
+    assert "answers.E012" in ids({"PROVIDER": "openai", "MODEL": "m"}, settings)
+
+
+def test_the_settings_reference_in_docs_is_generated_from_the_declarations():
+    from pathlib import Path
+
+    from answers.conf import settings_reference
+
+    docs = Path(__file__).resolve().parent.parent / "docs" / "settings.md"
+    assert docs.read_text() == settings_reference(), (
+        "docs/settings.md is stale: python manage.py answers_settings > docs/settings.md"
+    )
+
+
+def test_every_setting_is_declared_once_with_a_doc_and_numbers_with_bounds():
+    from answers.conf import DEFAULTS, SETTINGS
+
+    names = [setting.name for setting in SETTINGS]
+    assert len(names) == len(set(names)) == len(DEFAULTS)
+    for setting in SETTINGS:
+        assert setting.doc.strip(), setting.name
+        is_number = isinstance(setting.default, int | float) and not isinstance(
+            setting.default, bool
+        )
+        # A number without bounds would go unchecked at start-up.
+        assert is_number == (setting.low is not None), setting.name
+
+
+@pytest.mark.parametrize(
+    ("key", "low", "high"),
+    [("CANDIDATES", 1, 1000), ("SCORE_THRESHOLD", 0.0, 1.0), ("STREAM_LOG_TTL", 1, 604800)],
+)
+def test_declared_bounds_are_the_ones_checked(settings, key, low, high):
+    assert ids({key: low}, settings) == []
+    assert ids({key: high}, settings) == []
+    assert ids({key: high + 1}, settings) == ["answers.E004"]
+    assert ids({key: low - 1}, settings) == ["answers.E004"]
+
+
+def test_changing_settings_resets_the_parts_without_conf_importing_the_registry(settings):
+    import ast
+    from pathlib import Path
+
+    from answers import registry
+
+    source = (Path(registry.__file__).parent / "conf.py").read_text()
+    imported = {
+        node.module or ""
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.ImportFrom)
+    } | {
+        alias.name
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Import)
+        for alias in node.names
+    }
+    assert not any("registry" in name for name in imported)
+    first = registry.get_provider()
+    settings.ANSWERS = {"EXTRACTIVE_SENTENCES": 2}
+    assert registry.get_provider() is not first

@@ -1,15 +1,16 @@
 """A provider for OpenAI and any server speaking its Chat Completions streaming protocol
 (vLLM, Ollama, llama.cpp server, LM Studio). Needs the optional extra: ``pip install
 ".[openai]"``. Configured by ``ANSWERS`` (``MODEL``, ``OPENAI_BASE_URL``,
-``OPENAI_API_KEY``) or the environment (``ANSWERS_MODEL``, ``OPENAI_BASE_URL``,
-``OPENAI_API_KEY``).
+``OPENAI_API_KEY``); the shipped project fills those from the environment
+(``ANSWERS_MODEL``, ``OPENAI_BASE_URL``, ``OPENAI_API_KEY``, see docs/settings.md).
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import AsyncIterator
 from typing import Any
+
+from django.core.checks import CheckMessage, Error
 
 from ..conf import answers_settings
 from ..prompt import Prompt
@@ -17,15 +18,48 @@ from .base import ProviderError, Usage
 
 
 def openai_base_url() -> str:
-    return str(answers_settings.OPENAI_BASE_URL or os.environ.get("OPENAI_BASE_URL", ""))
+    return str(answers_settings.OPENAI_BASE_URL)
 
 
 def openai_api_key() -> str:
-    return str(answers_settings.OPENAI_API_KEY or os.environ.get("OPENAI_API_KEY", ""))
+    return str(answers_settings.OPENAI_API_KEY)
 
 
 class OpenAIProvider:
     name = "openai"
+
+    @classmethod
+    def check(cls) -> list[CheckMessage]:
+        """This provider's settings, for answers.checks (which knows none of them)."""
+        errors: list[CheckMessage] = []
+        try:
+            import openai  # noqa: F401
+        except ImportError:
+            errors.append(
+                Error(
+                    "ANSWERS['PROVIDER'] is 'openai' but the openai package is not installed.",
+                    hint='pip install ".[openai]"',
+                    id="answers.E010",
+                )
+            )
+        if not str(answers_settings.MODEL).strip():
+            errors.append(
+                Error(
+                    "The openai provider needs a model name.",
+                    hint="Set ANSWERS_MODEL (or ANSWERS['MODEL']), e.g. gpt-4o-mini or llama3.1.",
+                    id="answers.E011",
+                )
+            )
+        if not openai_base_url() and not openai_api_key():
+            errors.append(
+                Error(
+                    "The openai provider talks to api.openai.com but no API key is set.",
+                    hint="Set OPENAI_API_KEY, or OPENAI_BASE_URL for a server of your own "
+                    "(or ANSWERS['OPENAI_API_KEY'] / ANSWERS['OPENAI_BASE_URL']).",
+                    id="answers.E012",
+                )
+            )
+        return errors
 
     def __init__(self) -> None:
         import openai
