@@ -1,7 +1,7 @@
 """Admin: review stored answers (read-only but for the review), manage documents and tokens.
 
 Everything a model or a document wrote goes through ``format_html``/autoescape. What a
-reviewer may read follows the app's one access rule (README "Access"): every list,
+reviewer may read follows the app's one access rule (docs/access.md): every list,
 search, filter and change page starts from a selector's queryset for that reviewer.
 """
 

@@ -112,7 +112,7 @@ def _check_search_backend_scope(path: str, backend: Any) -> list[CheckMessage]:
             "search(): its hits, order and scores would depend on documents the asker "
             "may not view.",
             hint="Accept documents (a Document queryset), search only their chunks and "
-            "compute the score's statistics over them (README 'Scores'). Silencing "
+            "compute the score's statistics over them (docs/scores.md). Silencing "
             "answers.E013 searches everything; sources the asker may not view are still "
             "dropped afterwards, but scores leak.",
             id="answers.E013",
@@ -137,7 +137,7 @@ def _check_stream_cache(alias: str) -> list[CheckMessage]:
             "the stream logs of answers streaming at once evict each other, and clients "
             "that resume get gaps.",
             hint=f"Give it OPTIONS {{'MAX_ENTRIES': {MIN_LOCAL_STREAM_CACHE_ENTRIES * 20}}} "
-            "or more, or use Redis (README 'Deployment').",
+            "or more, or use Redis (docs/deployment.md).",
             id="answers.W001",
         )
     ]

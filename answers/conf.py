@@ -75,7 +75,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "SCORE_THRESHOLD",
         0.25,
-        'Normalized score (0..1, README "Scores") a chunk needs to become a source.',
+        "Normalized score (0..1, docs/scores.md) a chunk needs to become a source.",
         0.0,
         1.0,
     ),

@@ -9,7 +9,7 @@ first, a follower that subscribes and *then* reads the log misses nothing:
     follow(after=n): join the group → replay the log after n → relay live events,
                      skipping any already replayed, filling gaps from the log.
 
-Any process sharing the cache and the layer (Redis, README "Deployment") can follow any
+Any process sharing the cache and the layer (Redis, docs/deployment.md) can follow any
 answer; with the in-memory layer and cache, every process only its own. A follower that
 hears nothing for ``STREAM_POLL_INTERVAL`` seconds re-reads the log and then the database,
 so a message the layer dropped (over capacity) or a generating process that died cannot
@@ -83,7 +83,7 @@ def _log_key(stream: str, part: int | str) -> str:
 def _layer() -> BaseChannelLayer:
     layer = get_channel_layer()
     if layer is None:
-        raise RuntimeError("Resumable answer streams need CHANNEL_LAYERS (README 'Deployment').")
+        raise RuntimeError("Resumable answer streams need CHANNEL_LAYERS (docs/deployment.md).")
     return layer
 
 

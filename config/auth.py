@@ -17,7 +17,7 @@ from django.utils import timezone
 def login_client_ip(request: HttpRequest) -> str | None:
     """The address daphne saw, not a header read here (django-ipware, if installed, would
     believe any X-Forwarded-For). Behind a proxy, daphne's ``--proxy-headers`` puts the
-    proxy's X-Forwarded-For here; README "Security" says how the proxy must set it."""
+    proxy's X-Forwarded-For here; docs/security.md says how the proxy must set it."""
     return request.META.get("REMOTE_ADDR")
 
 

@@ -184,7 +184,7 @@ LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "login"
 
-# Answers stream through the channel layer (README "Deployment"): one process needs nothing
+# Answers stream through the channel layer (docs/deployment.md): one process needs nothing
 # more; several processes share Redis. capacity: unread messages a channel holds before
 # group_send drops more (a follower that misses one re-reads the stream log); expiry:
 # seconds an unread message lives; group_expiry: seconds a membership outlives a process

@@ -188,3 +188,35 @@ def _log_in(base: str, password: str) -> None:
             headers={"Referer": login},
         )
     assert response.status_code == 302, response.text[-2000:]
+
+
+def test_the_layout_lists_every_module_of_the_app():
+    text = README.read_text()
+    start = text.index("## Layout")
+    layout = text[start : text.index("\n## ", start + 1)]
+    app = REPO_ROOT / "answers"
+    modules = [path.name for path in app.glob("*.py") if path.name != "__init__.py"] + [
+        f"{path.name}/"
+        for path in app.iterdir()
+        if path.is_dir() and not path.name.startswith("__")
+    ]
+    missing = [name for name in modules if name not in layout]
+    assert not missing, f"README Layout does not list: {missing}"
+    for name in ("bm25.py", "postgres.py", "sqlite_fts5.py", "stemming.py", "extractive.py"):
+        assert name in layout
+
+
+def test_every_local_link_in_the_readme_and_docs_resolves():
+    import re
+
+    pages = [README, *sorted((REPO_ROOT / "docs").rglob("*.md"))]
+    broken = []
+    for page in pages:
+        # Inline code (`[1](url)` in ADR 0004) is an example, not a link.
+        prose = re.sub(r"`[^`\n]*`", "", page.read_text())
+        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", prose):
+            if "://" in target or target.startswith("mailto:"):
+                continue
+            if not (page.parent / target).exists():
+                broken.append(f"{page.relative_to(REPO_ROOT)} -> {target}")
+    assert not broken, broken

@@ -1,4 +1,4 @@
-"""Several daphne processes on one PostgreSQL and one Redis (README "Deployment").
+"""Several daphne processes on one PostgreSQL and one Redis (docs/deployment.md).
 
 Two real servers (tests/live.py) share the test database and the Redis of this run; real
 WebSocket clients (``websockets``) talk to them. Runs in the PostgreSQL + Redis pass of CI.

@@ -13,7 +13,7 @@ from answers.search.base import query_terms
 from tests.corpus import ingest_text
 
 # These run on whichever database the suite runs on, against the backend chosen for it
-# (SQLite FTS5 or PostgreSQL): both must behave alike (README "Scores", ADR 0007).
+# (SQLite FTS5 or PostgreSQL): both must behave alike (docs/scores.md, ADR 0007).
 pytestmark = pytest.mark.django_db
 
 

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-# Exactly the variables README "Deployment" tells operators to set.
+# Exactly the variables docs/deployment.md tells operators to set.
 PRODUCTION_ENV = {
     "DJANGO_SECRET_KEY": secrets.token_urlsafe(60),
     "DJANGO_ALLOWED_HOSTS": "answers.example.com",

@@ -67,7 +67,7 @@ def test_a_revoked_answer_is_withheld_from_the_api_and_the_page(client, member):
     assert SECRET not in page
     assert all(title not in page for title in VAULT_TITLES)
     assert WITHHELD_MESSAGE in BeautifulSoup(page, "html.parser").select_one("[data-answer]").text
-    # The question is the asker's own words: still shown to them (README "Access").
+    # The question is the asker's own words: still shown to them (docs/access.md).
     assert QUESTION in page
 
 
