@@ -16,7 +16,7 @@ def render_sources_panel(*, references: Sequence[Reference], answer_id: int, sta
     """The Sources panel: ``provisional`` lists every retrieved source (prompt numbers),
     ``final`` the corrected list the answer's text cites."""
     return render_to_string(
-        "answers/ask.html#sources-panel",
+        "answers/sources.html#sources-panel",
         {"references": references, "answer_id": answer_id, "panel_state": state},
     )
 

@@ -42,6 +42,12 @@ class Reference:
         # a message equals the one written.
         object.__setattr__(self, "score", round(float(self.score), 4))
 
+    @property
+    def links_outside(self) -> bool:
+        """The title links to the document's own (http) URL rather than its page here, so
+        the Sources panel also links the copy in the corpus."""
+        return self.url.startswith(("http://", "https://"))
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "index": self.index,

@@ -108,3 +108,24 @@ def test_each_source_links_to_its_document_in_the_corpus(client, asker, scripted
     assert entry.select_one(".source-title")["href"] == reference.url  # the original
     assert entry.select_one(".source-document")["href"] == f"/documents/{reference.document_id}/"
     assert entry.select_one(".excerpt").get_text() == reference.excerpt
+
+
+def test_a_source_with_its_own_url_also_links_its_copy_in_the_corpus():
+    from django.template.loader import render_to_string
+
+    from answers.types import Reference
+
+    outside = Reference(
+        index=1, document_id=7, title="Web page", url="https://example.com/a", score=0.5,
+        excerpt="…", anchor="source-1",
+    )  # fmt: skip
+    inside = Reference(
+        index=2, document_id=8, title="Handbook", url="/documents/8/#chunk-0", score=0.5,
+        excerpt="…", anchor="source-2",
+    )  # fmt: skip
+    html = render_to_string(
+        "answers/sources.html#sources-panel",
+        {"references": [outside, inside], "answer_id": 1, "panel_state": "final"},
+    )
+    assert html.count("(in the corpus)") == 1
+    assert 'href="/documents/7/"' in html
