@@ -114,14 +114,40 @@ class InvalidOut(Schema):
     code: str | None = None
 
 
+# The one table from a domain error's code to this transport's status.
+HTTP_STATUS: dict[str, int] = {
+    "invalid": 400,
+    "invalid_question": 422,
+    "forbidden": 403,
+    "not_found": 404,
+    "rate_limited": 429,
+    "not_streaming": 409,
+    "streaming": 409,
+    "unavailable": 503,
+}
+
+
 @api.exception_handler(pipeline.AskRefused)
 def _ask_refused(request: HttpRequest, exc: pipeline.AskRefused) -> HttpResponse:
+    if isinstance(exc, streams.AnswerNotStreaming):
+        return _conflict(request, exc, answer=exc.answer)
     response = api.create_response(
-        request, {"detail": exc.message, "code": exc.code}, status=exc.status
+        request, {"detail": exc.message, "code": exc.code}, status=HTTP_STATUS[exc.code]
     )
     if exc.retry_after is not None:
         response["Retry-After"] = str(exc.retry_after)
     return response
+
+
+def _conflict(request: HttpRequest, exc: Exception, *, answer: Answer) -> HttpResponse:
+    code = str(getattr(exc, "code", "conflict"))
+    body = {"detail": str(exc), "code": code, "answer_id": answer.pk, "status": answer.status}
+    return api.create_response(request, body, status=HTTP_STATUS.get(code, 409))
+
+
+@api.exception_handler(services.AnswerStillStreaming)
+def _still_streaming(request: HttpRequest, exc: services.AnswerStillStreaming) -> HttpResponse:
+    return _conflict(request, exc, answer=exc.answer)
 
 
 @api.exception_handler(RequestDataTooBig)
@@ -241,17 +267,6 @@ async def stop_answer(request: HttpRequest, answer_id: int = Path(..., ge=1, le=
     """Stop one of your answers wherever it is being generated; what was written so far is
     kept (status `interrupted`), and its stream ends with that `done`."""
     user = request.auth  # type: ignore[attr-defined]
-    answer = await sync_to_async(selectors.answer_get_for_user)(answer_id=answer_id, user=user)
-    if answer.status != Answer.Status.STREAMING:
-        return Status(
-            409,
-            {
-                "detail": "The answer is not being generated.",
-                "code": "not_streaming",
-                "answer_id": answer.pk,
-                "status": answer.status,
-            },
-        )
     await streams.answer_stream_stop(answer_id=answer_id, user=user)
     return Status(202, {"answer_id": answer_id, "status": "stopping"})
 
@@ -303,16 +318,6 @@ def give_feedback(
 ) -> Any:
     user = request.auth  # type: ignore[attr-defined]
     answer = selectors.answer_get_for_user(answer_id=answer_id, user=user)
-    if answer.status == Answer.Status.STREAMING:
-        return Status(
-            409,
-            {
-                "detail": "The answer is still being generated.",
-                "code": "streaming",
-                "answer_id": answer.pk,
-                "status": answer.status,
-            },
-        )
     feedback = services.feedback_record(
         answer=answer, user=user, rating=payload.rating, comment=payload.comment
     )

@@ -16,13 +16,10 @@ import logging
 import uuid
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
-from importlib import import_module
 from typing import Any, TypeGuard
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
-from django.conf import settings
-from django.contrib.auth import SESSION_KEY, get_user_model
 
 from . import pipeline, selectors, streams
 from .conf import answers_settings
@@ -133,20 +130,12 @@ class AnswerConsumer(AsyncJsonWebsocketConsumer):
         self.answer_id, self.stop_requested, self.settled = None, False, False
         self.task = asyncio.create_task(self._follow(answer_id, after))
 
-    def _current_user(self) -> Any:
-        """The asker as of now: a socket can outlive a session, an account or a group."""
-        user = self.scope["user"]
-        session = self.scope.get("session")
-        key = getattr(session, "session_key", None)
-        if key is not None:
-            # A fresh load: an expired or deleted session comes back empty.
-            store = import_module(settings.SESSION_ENGINE).SessionStore(session_key=key)
-            if str(store.load().get(SESSION_KEY)) != str(user.pk):
-                return None
-        return get_user_model().objects.filter(pk=user.pk, is_active=True).first()
-
     async def _user_now(self) -> Any:
-        user = await database_sync_to_async(self._current_user)()
+        # A socket can outlive a session, an account or a group: re-read at each ask.
+        session_key = getattr(self.scope.get("session"), "session_key", None)
+        user = await database_sync_to_async(selectors.user_get_current)(
+            user_id=self.scope["user"].pk, session_key=session_key
+        )
         if user is None:
             await self._error(
                 "Your session has ended. Please log in again.", "signed_out", last=True
@@ -176,7 +165,7 @@ class AnswerConsumer(AsyncJsonWebsocketConsumer):
         # Only now may "stop" go to the answer: before, the generation was not listening.
         self.answer_id = run.answer.pk
         if self.stop_requested:  # "stop" came while the question was being prepared
-            await streams.answer_stream_stop(answer_id=run.answer.pk, user=user)
+            await self._stop_answer(run.answer.pk, user)
         await self._relay(run.answer.pk, events)
 
     async def _follow(self, answer_id: int, after: int) -> None:
@@ -214,8 +203,13 @@ class AnswerConsumer(AsyncJsonWebsocketConsumer):
         if self.answer_id is None:
             self.stop_requested = True
             return
+        await self._stop_answer(self.answer_id, self.scope["user"])
+
+    async def _stop_answer(self, answer_id: int, user: Any) -> None:
         # Whichever process generates it stops; its "done" reaches this socket's stream.
-        await streams.answer_stream_stop(answer_id=self.answer_id, user=self.scope["user"])
+        # An answer that has just ended needs no stop: that "done" is on its way already.
+        with contextlib.suppress(streams.AnswerNotStreaming):
+            await streams.answer_stream_stop(answer_id=answer_id, user=user)
 
     async def _error(self, message: str, code: str, *, last: bool = False) -> None:
         """``last``: the final word of the task that asks or follows (it is free now)."""

@@ -47,9 +47,9 @@ GENERIC_ERROR = "The answer could not be generated. Please try again."
 
 
 class AskRefused(Exception):
-    """A question that is refused before anything is stored or streamed."""
+    """A request refused before anything is stored or streamed. ``code`` names the reason;
+    each transport maps codes to its own status or event in one table (api.HTTP_STATUS)."""
 
-    status = 400
     code = "invalid"
     #: whole seconds after which asking again can pass (a limit's window), if known
     retry_after: int | None = None
@@ -61,19 +61,19 @@ class AskRefused(Exception):
 
 
 class QuestionInvalid(AskRefused):
-    status, code = 422, "invalid_question"
+    code = "invalid_question"
 
 
 class AskForbidden(AskRefused):
-    status, code = 403, "forbidden"
+    code = "forbidden"
 
 
 class ConversationNotFound(AskRefused):
-    status, code = 404, "not_found"
+    code = "not_found"
 
 
 class TooManyRequests(AskRefused):
-    status, code = 429, "rate_limited"
+    code = "rate_limited"
 
 
 async def coalesced(events: AsyncIterator[Event], *, window: float) -> AsyncGenerator[Event, None]:

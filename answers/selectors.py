@@ -5,7 +5,11 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Iterable
+from importlib import import_module
+from typing import Any
 
+from django.conf import settings
+from django.contrib.auth import SESSION_KEY, get_user_model
 from django.contrib.auth.models import AnonymousUser, User
 from django.db.models import Count, Exists, OuterRef, Q, QuerySet
 from django.urls import reverse
@@ -321,3 +325,14 @@ def retrieved_sources_for_review(*, question_id: int, reviewer: AnyUser) -> list
     if not user_may_review_all(user=reviewer):
         rows = rows.filter(document__in=document_list_visible(user=reviewer).values("pk"))
     return list(rows)
+
+
+def user_get_current(*, user_id: int, session_key: str | None) -> Any:
+    """The user as of now, or None when their session (if any) no longer holds them or the
+    account was deactivated: a long-lived socket re-checks this before each ask."""
+    if session_key is not None:
+        # A fresh load: an expired or deleted session comes back empty.
+        store = import_module(settings.SESSION_ENGINE).SessionStore(session_key=session_key)
+        if str(store.load().get(SESSION_KEY)) != str(user_id):
+            return None
+    return get_user_model().objects.filter(pk=user_id, is_active=True).first()

@@ -40,6 +40,28 @@ TURN_ATTEMPTS = 3
 INGEST_ATTEMPTS = 3
 
 
+class AnswerStillStreaming(Exception):
+    """Feedback on an answer that is still being generated: there is nothing to rate yet."""
+
+    code = "streaming"
+
+    def __init__(self, message: str, *, answer: Answer) -> None:
+        super().__init__(message)
+        self.answer = answer
+
+
+def stream_abandoned_cutoff(*, now: datetime) -> datetime:
+    """A ``streaming`` answer created before this is abandoned, not running: no generation
+    outlives TOTAL_TIMEOUT, so its process died (the one rule, for limits and followers)."""
+    return now - timedelta(seconds=float(answers_settings.TOTAL_TIMEOUT) + 60)
+
+
+def answer_is_abandoned(*, answer: Answer, now: datetime) -> bool:
+    return answer.status == Answer.Status.STREAMING and answer.created_at < (
+        stream_abandoned_cutoff(now=now)
+    )
+
+
 class LimitExceeded(Exception):
     """A per-user abuse limit; the message is safe to show the user. ``retry_after``:
     whole seconds after which this limit surely lets the user's next question through."""
@@ -84,8 +106,7 @@ def question_check_limits(*, user: User) -> None:
             f"Too many questions: at most {per_minute} a minute. Try again soon.",
             retry_after=_seconds_until(oldest + timedelta(minutes=1), now=now),
         )
-    # A stream older than the total timeout is dead (its process died), not running.
-    cutoff = now - timedelta(seconds=float(answers_settings.TOTAL_TIMEOUT) + 60)
+    cutoff = stream_abandoned_cutoff(now=now)
     streaming = Answer.objects.filter(
         question__user=user, status=Answer.Status.STREAMING, created_at__gte=cutoff
     )
@@ -265,6 +286,8 @@ def feedback_record(
     must not erase what was written earlier."""
     if rating not in Feedback.Rating.values:
         raise ValueError(f"rating must be one of {', '.join(Feedback.Rating.values)}")
+    if answer.status == Answer.Status.STREAMING:
+        raise AnswerStillStreaming("The answer is still being generated.", answer=answer)
     defaults = {"rating": rating} if comment is None else {"rating": rating, "comment": comment}
     # Safe against two concurrent first feedbacks: update_or_create runs in a transaction,
     # and when its INSERT loses to the other one's on the unique (answer, user) it rolls

@@ -27,7 +27,6 @@ import contextvars
 import logging
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
-from datetime import timedelta
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -36,7 +35,7 @@ from django.core.cache import BaseCache, caches
 from django.core.cache.backends.locmem import LocMemCache
 from django.utils import timezone
 
-from . import pipeline, selectors
+from . import pipeline, selectors, services
 from .conf import answers_settings
 from .events import DoneEvent, ErrorEvent, Event, StreamEvent
 from .models import Answer
@@ -53,13 +52,23 @@ _running: dict[int, asyncio.Task[None]] = {}
 class AnswerNotFound(pipeline.AskRefused):
     """No such answer, or not the caller's: the same message either way."""
 
-    status, code = 404, "not_found"
+    code = "not_found"
+
+
+class AnswerNotStreaming(pipeline.AskRefused):
+    """Stop asked of an answer that is no longer being generated."""
+
+    code = "not_streaming"
+
+    def __init__(self, message: str, *, answer: Answer) -> None:
+        super().__init__(message)
+        self.answer = answer
 
 
 class StreamUnavailable(pipeline.AskRefused):
     """The channel layer (Redis) cannot be reached: the answer cannot be streamed."""
 
-    status, code = 503, "unavailable"
+    code = "unavailable"
 
 
 def _stream_name(answer: Answer) -> str:
@@ -263,6 +272,8 @@ async def answer_stream_stop(*, answer_id: int, user: Any) -> None:
     """Ask whichever process generates the owner's ``answer_id`` to stop; its followers
     get its ``done``."""
     answer = await sync_to_async(_answer_for_follower)(answer_id, user)
+    if answer.status != Answer.Status.STREAMING:
+        raise AnswerNotStreaming("The answer is not being generated.", answer=answer)
     await _layer().group_send(_control_group(_stream_name(answer)), {"type": "answer.stop"})
 
 
@@ -281,16 +292,10 @@ def _answer_for_follower(answer_id: int, user: Any) -> Answer:
         raise AnswerNotFound("answer not found") from None
 
 
-def _abandoned(answer: Answer) -> bool:
-    """A streaming answer older than any generation may last: its process died."""
-    limit = timedelta(seconds=float(answers_settings.TOTAL_TIMEOUT) + 60)
-    return answer.created_at < timezone.now() - limit
-
-
 def _settled_sync(answer_id: int, user: Any) -> Event | None:
     answer = _answer_for_follower(answer_id, user)
     if answer.status == Answer.Status.STREAMING:
-        if not _abandoned(answer):
+        if not services.answer_is_abandoned(answer=answer, now=timezone.now()):
             return None
         return ErrorEvent(ABANDONED_MESSAGE, answer_id=answer_id, code="interrupted")
     # The answer just loaded, not a second lookup.

@@ -572,3 +572,18 @@ def test_docs_page_is_html(client):
     assert response.status_code == 200
     assert response["Content-Type"].startswith("text/html")
     assert re.search(r"openapi\.json", response.content.decode())
+
+
+def test_every_domain_refusal_has_its_http_status_in_the_one_table():
+    from answers import api, pipeline, services
+
+    def subclasses(cls):  # type: ignore[no-untyped-def]
+        for sub in cls.__subclasses__():
+            yield sub
+            yield from subclasses(sub)
+
+    codes = {pipeline.AskRefused.code} | {cls.code for cls in subclasses(pipeline.AskRefused)}
+    codes.add(services.AnswerStillStreaming.code)
+    assert codes <= set(api.HTTP_STATUS), codes - set(api.HTTP_STATUS)
+    # The core carries no HTTP: no refusal names a status of its own.
+    assert not any(hasattr(cls, "status") for cls in subclasses(pipeline.AskRefused))
