@@ -303,6 +303,9 @@ def test_concurrent_questions_in_one_conversation_take_consecutive_turns(
 
 def test_concurrent_first_feedback_ends_as_one_row(asker: User, unlimited: None) -> None:
     answers = [_ask(asker, None, f"question {n}").answer for n in range(5)]
+    # Feedback is for answers that have finished (services.feedback_record).
+    Answer.objects.filter(pk__in=[a.pk for a in answers]).update(status=Answer.Status.COMPLETE)
+    answers = list(Answer.objects.filter(pk__in=[a.pk for a in answers]).order_by("pk"))
     threads = 4
     given = {(("up", "down")[i % 2], f"from thread {i}") for i in range(threads)}
 
