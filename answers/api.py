@@ -14,7 +14,7 @@ from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from ninja import Field, NinjaAPI, Path, Query, Schema, Status
 
-from . import pipeline, selectors, services, streams
+from . import pipeline, presenters, selectors, services, streams
 from .auth import api_auth
 from .models import Answer
 
@@ -305,7 +305,7 @@ def list_answers(
 def get_answer(request: HttpRequest, answer_id: int = Path(..., ge=1, le=MAX_ID)) -> Any:
     user = request.auth  # type: ignore[attr-defined]
     answer = selectors.answer_get_for_user(answer_id=answer_id, user=user)
-    return selectors.answer_payload(answer=answer, user=user).to_dict()
+    return presenters.answer_payload(answer=answer, user=user).to_dict()
 
 
 @api.post(

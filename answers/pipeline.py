@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from asgiref.sync import sync_to_async
 from django.contrib.auth.models import User
 
-from . import selectors, services
+from . import presenters, selectors, services
 from .citations import MarkerStreamFilter
 from .conf import answers_settings
 from .events import (
@@ -37,9 +37,9 @@ from .models import Answer
 from .prompt import Prompt
 from .providers.base import ProviderError, Usage
 from .registry import get_provider
-from .rendering import render_answer_html, source_anchor
-from .retrieval import NumberedSource, search_hits, select_sources
-from .types import AnswerPayload, Candidate, Reference
+from .rendering import render_answer_html
+from .retrieval import search_hits, select_sources
+from .types import AnswerPayload, Candidate, NumberedSource, Reference
 
 logger = logging.getLogger(__name__)
 
@@ -154,21 +154,6 @@ def _ms_since(start: float) -> int:
     return int((time.perf_counter() - start) * 1000)
 
 
-def _reference(source: NumberedSource, *, anchor_prefix: str, index: int) -> Reference:
-    ordered = sorted(source.candidates, key=lambda c: c.ordinal)
-    return Reference(
-        index=index,
-        document_id=source.document_id,
-        title=source.title,
-        url=selectors.reference_url(
-            document_id=source.document_id, url=source.url, ordinal=ordered[0].ordinal
-        ),
-        score=source.score,
-        excerpt=selectors.excerpt_of(c.text for c in ordered),
-        anchor=source_anchor(anchor_prefix, index),
-    )
-
-
 @dataclass
 class AnswerRun:
     """A stored question whose answer is ready to be generated and streamed."""
@@ -184,12 +169,14 @@ class AnswerRun:
 
     @property
     def anchor_prefix(self) -> str:
-        return selectors.answer_anchor_prefix(answer_id=self.answer.pk)
+        return presenters.answer_anchor_prefix(answer_id=self.answer.pk)
 
     def references(self, sources: list[NumberedSource] | None = None) -> list[Reference]:
         chosen = self.sources if sources is None else sources
         return [
-            _reference(source, anchor_prefix=self.anchor_prefix, index=index)
+            presenters.reference_from_source(
+                source=source, anchor_prefix=self.anchor_prefix, index=index
+            )
             for index, source in enumerate(chosen, start=1)
         ]
 
@@ -395,7 +382,7 @@ async def start_answer(
 
 def _stored_payload(answer_id: int, user: User) -> AnswerPayload:
     answer = selectors.answer_get_for_user(answer_id=answer_id, user=user)
-    return selectors.answer_payload(answer=answer, user=user)
+    return presenters.answer_payload(answer=answer, user=user)
 
 
 async def stored_done(*, answer_id: int, user: User) -> DoneEvent:

@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .conf import answers_settings
 from .models import RetrievedSource
-from .prompt import PromptSource
 from .registry import get_reranker, get_search_backend
 from .search.base import SearchHit, search_takes_scope
 
@@ -23,32 +21,10 @@ if TYPE_CHECKING:
     from django.db.models import QuerySet
 
     from .models import Document
-from .types import Candidate
+from .types import Candidate, NumberedSource
 
 logger = logging.getLogger(__name__)
 Dropped = RetrievedSource.Dropped
-
-
-@dataclass(frozen=True)
-class NumberedSource:
-    number: int
-    document_id: int
-    title: str
-    url: str
-    candidates: tuple[Candidate, ...]
-
-    @property
-    def score(self) -> float:
-        return max(candidate.score for candidate in self.candidates)
-
-    def as_prompt_source(self) -> PromptSource:
-        ordered = sorted(self.candidates, key=lambda c: c.ordinal)
-        return PromptSource(
-            number=self.number,
-            document_id=self.document_id,
-            title=self.title,
-            passages=tuple(candidate.text for candidate in ordered),
-        )
 
 
 def search_hits(

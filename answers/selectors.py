@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import uuid
 from collections.abc import Iterable
 from importlib import import_module
@@ -12,13 +11,11 @@ from django.conf import settings
 from django.contrib.auth import SESSION_KEY, get_user_model
 from django.contrib.auth.models import AnonymousUser, User
 from django.db.models import Count, Exists, OuterRef, Q, QuerySet
-from django.urls import reverse
 
 from .conf import answers_settings
 from .models import Answer, ApiToken, Chunk, Conversation, Document, Question, RetrievedSource
 from .prompt import PriorTurn
-from .rendering import render_answer_html, safe_url, source_anchor
-from .types import AnswerPayload, Candidate, Reference
+from .types import Candidate
 
 AnyUser = User | AnonymousUser
 
@@ -179,105 +176,13 @@ def answer_is_withheld(*, answer: Answer, user: AnyUser) -> bool:
     return _hidden_prompt_sources(user=user, question_id=answer.question_id).exists()
 
 
-def answer_anchor_prefix(*, answer_id: int) -> str:
-    return f"answer-{answer_id}-source"
-
-
-# Heading underlines and rules (reST, Markdown) are layout, not content.
-_RULE_LINE = re.compile(r"(?m)^\s*([*=\-~^#+_])\1{2,}\s*$")
-
-
-def excerpt_of(texts: Iterable[str]) -> str:
-    limit = int(answers_settings.EXCERPT_CHARS)
-    excerpt = " … ".join(" ".join(_RULE_LINE.sub("", text).split()) for text in texts)
-    if len(excerpt) > limit:
-        excerpt = excerpt[:limit].rsplit(" ", 1)[0] + " …"
-    return excerpt
-
-
-def reference_url(*, document_id: int, url: str, ordinal: int | None) -> str:
-    """The document's own URL when it is safe to follow, else its page on this site."""
-    external = safe_url(url)
-    if external:
-        return external
-    path = reverse("answers:document", kwargs={"document_id": document_id})
-    return f"{path}#chunk-{ordinal}" if ordinal is not None else path
-
-
-def answer_references(*, answer: Answer, user: AnyUser) -> list[Reference]:
-    """The stored final Sources list, re-checking each document's access for ``user``."""
-    rows = list(
+def answer_final_sources(*, answer: Answer) -> list[RetrievedSource]:
+    """The stored final Sources rows of ``answer``, in number order (no access check: the
+    presenter re-checks each document for the viewer)."""
+    return list(
         RetrievedSource.objects.filter(question_id=answer.question_id, final_number__isnull=False)
         .select_related("document", "chunk")
         .order_by("final_number", "rank")
-    )
-    visible = document_visible_ids(user=user, document_ids={row.document_id for row in rows})
-    prefix = answer_anchor_prefix(answer_id=answer.pk)
-    grouped: dict[int, list[RetrievedSource]] = {}
-    for row in rows:
-        grouped.setdefault(row.final_number or 0, []).append(row)
-    references = []
-    for number, members in grouped.items():
-        first = members[0]
-        anchor = source_anchor(prefix, number)
-        if first.document_id not in visible:
-            # Keep the number so the text's markers still line up, but show nothing of it.
-            references.append(
-                Reference(
-                    number,
-                    first.document_id,
-                    "Source no longer available",
-                    "",
-                    0.0,
-                    "",
-                    anchor,
-                    available=False,
-                )
-            )
-            continue
-        chunks = sorted((m.chunk for m in members if m.chunk), key=lambda c: c.ordinal)
-        references.append(
-            Reference(
-                index=number,
-                document_id=first.document_id,
-                title=first.document.title,
-                url=reference_url(
-                    document_id=first.document_id,
-                    url=first.document.url,
-                    ordinal=chunks[0].ordinal if chunks else None,
-                ),
-                score=max(m.score for m in members),
-                excerpt=excerpt_of(c.text for c in chunks),
-                anchor=anchor,
-            )
-        )
-    return references
-
-
-def answer_payload(*, answer: Answer, user: AnyUser) -> AnswerPayload:
-    """A stored answer as ``user`` may see it now: withheld (a notice instead of its text)
-    when it was written from a source they can no longer view."""
-    references = answer_references(answer=answer, user=user)
-    withheld = answer_is_withheld(answer=answer, user=user)
-    if withheld:
-        text = WITHHELD_MESSAGE
-    elif answer.status == Answer.Status.STREAMING:
-        text = answer.raw_text
-    else:
-        text = answer.final_text
-    return AnswerPayload(
-        answer_id=answer.pk,
-        conversation_id=str(answer.question.conversation_id),
-        turn=answer.question.turn,
-        status=answer.status,
-        text=text,
-        html=render_answer_html(
-            text,
-            anchor_prefix=answer_anchor_prefix(answer_id=answer.pk),
-            source_count=len(references),
-        ),
-        references=tuple(references),
-        withheld=withheld,
     )
 
 

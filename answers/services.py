@@ -28,9 +28,8 @@ from .models import (
     RetrievedSource,
 )
 from .providers.base import Usage
-from .retrieval import NumberedSource
 from .selectors import api_token_get_active
-from .types import Candidate
+from .types import Candidate, NumberedSource
 
 TOKEN_PREFIX = "ca_"  # noqa: S105 (a prefix, not a secret)
 # Writing last_used_at on every request would make every read a write.

@@ -35,7 +35,7 @@ from django.core.cache import BaseCache, caches
 from django.core.cache.backends.locmem import LocMemCache
 from django.utils import timezone
 
-from . import pipeline, selectors, services
+from . import pipeline, presenters, selectors, services
 from .conf import answers_settings
 from .events import DoneEvent, ErrorEvent, Event, StreamEvent
 from .models import Answer
@@ -299,16 +299,16 @@ def _settled_sync(answer_id: int, user: Any) -> Event | None:
             return None
         return ErrorEvent(ABANDONED_MESSAGE, answer_id=answer_id, code="interrupted")
     # The answer just loaded, not a second lookup.
-    return DoneEvent(answer=selectors.answer_payload(answer=answer, user=user))
+    return DoneEvent(answer=presenters.answer_payload(answer=answer, user=user))
 
 
 def _withheld_sync(answer: Answer, user: Any) -> StreamEvent | None:
-    """The stored result of an answer withheld from ``user`` (selectors.answer_payload),
+    """The stored result of an answer withheld from ``user`` (presenters.answer_payload),
     whatever its status; None when they may read it."""
     if not selectors.answer_is_withheld(answer=answer, user=user):
         return None
     return StreamEvent(
-        seq=None, event=DoneEvent(answer=selectors.answer_payload(answer=answer, user=user))
+        seq=None, event=DoneEvent(answer=presenters.answer_payload(answer=answer, user=user))
     )
 
 

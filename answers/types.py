@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .prompt import PromptSource
+
 
 @dataclass
 class Candidate:
@@ -87,7 +89,7 @@ class AnswerPayload:
     html: str
     references: tuple[Reference, ...] = ()
     # The viewer may no longer read a source it was written from: ``text``/``html`` are a
-    # notice (selectors.answer_payload).
+    # notice (presenters.answer_payload).
     withheld: bool = False
 
     def __post_init__(self) -> None:
@@ -116,4 +118,26 @@ class AnswerPayload:
             html=str(data["html"]),
             references=tuple(Reference.from_dict(item) for item in data["references"]),
             withheld=bool(data.get("withheld", False)),
+        )
+
+
+@dataclass(frozen=True)
+class NumberedSource:
+    number: int
+    document_id: int
+    title: str
+    url: str
+    candidates: tuple[Candidate, ...]
+
+    @property
+    def score(self) -> float:
+        return max(candidate.score for candidate in self.candidates)
+
+    def as_prompt_source(self) -> PromptSource:
+        ordered = sorted(self.candidates, key=lambda c: c.ordinal)
+        return PromptSource(
+            number=self.number,
+            document_id=self.document_id,
+            title=self.title,
+            passages=tuple(candidate.text for candidate in ordered),
         )

@@ -8,7 +8,7 @@ from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 
-from . import selectors
+from . import presenters, selectors
 from .conf import answers_settings
 
 
@@ -37,7 +37,7 @@ def answer_detail(request: HttpRequest, answer_id: int) -> HttpResponse:
     except selectors.NotFound:
         raise Http404("No such answer.") from None
     # Rendered from the store, with each source's access re-checked for this viewer.
-    payload = selectors.answer_payload(answer=answer, user=request.user)
+    payload = presenters.answer_payload(answer=answer, user=request.user)
     return render(
         request,
         "answers/answer_detail.html",

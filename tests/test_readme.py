@@ -220,3 +220,17 @@ def test_every_local_link_in_the_readme_and_docs_resolves():
             if not (page.parent / target).exists():
                 broken.append(f"{page.relative_to(REPO_ROOT)} -> {target}")
     assert not broken, broken
+
+
+def test_selectors_only_query():
+    """Selectors read; output (URLs, excerpts, HTML, payloads) is the presenters' job."""
+    import ast
+
+    source = (REPO_ROOT / "answers" / "selectors.py").read_text()
+    imported = {
+        alias.name
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+    }
+    assert not imported & {"reverse", "render_answer_html", "safe_url", "source_anchor"}

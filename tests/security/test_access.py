@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
-from answers import pipeline, selectors, services
+from answers import pipeline, presenters, selectors, services
 from answers.citations import iter_markers
 from answers.models import Answer, Document, Feedback, Question, RetrievedSource
 from answers.panels import FINAL, PROVISIONAL, render_sources_panel
@@ -185,7 +185,7 @@ def test_every_surface_shows_only_documents_the_user_may_view(
                 if may_view(r, member_of, superuser)
             }
             hidden = {d.title.split()[-1] for d in documents if d.pk not in visible}
-            payload = selectors.answer_payload(answer=Answer.objects.get(pk=answer_id), user=user)
+            payload = presenters.answer_payload(answer=Answer.objects.get(pk=answer_id), user=user)
             available = [r for r in payload.references if r.available]
             assert _ids(available) <= visible, phase
             assert all(word not in json.dumps(payload.to_dict()) for word in hidden), phase
@@ -218,7 +218,7 @@ def test_every_surface_shows_only_documents_the_user_may_view(
                     question__answer=answer_id, prompt_number__isnull=False
                 ).values_list("document_id", flat=True)
             )
-            payload = selectors.answer_payload(answer=Answer.objects.get(pk=answer_id), user=owner)
+            payload = presenters.answer_payload(answer=Answer.objects.get(pk=answer_id), user=owner)
             assert payload.withheld == bool(prompt_docs - owner_visible), phase
             assert (payload.text == selectors.WITHHELD_MESSAGE) == payload.withheld, phase
             for reviewer, reviewer_visible in zip(users, visible_now, strict=True):

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
-from answers import pipeline, services
+from answers import pipeline, presenters, services
 from answers.models import Answer
 from answers.panels import FINAL, PROVISIONAL, render_sources_panel
 from answers.rendering import render_answer_html, sanitize_html
@@ -230,9 +230,8 @@ def test_api_references_never_carry_a_dangerous_url(hostile_answer):
 def test_hostile_document_fields_are_inert_in_the_sources_panel(asker, hostile_answer):
     body, document = hostile_answer
     answer = Answer.objects.get(pk=body["answer_id"])
-    from answers import selectors
 
-    payload = selectors.answer_payload(answer=answer, user=asker)
+    payload = presenters.answer_payload(answer=answer, user=asker)
     run = async_to_sync(pipeline.start_answer)(user=asker, question="zeppelin quokka")
     for references, state in ((payload.references, FINAL), (run.references(), PROVISIONAL)):
         assert [r.document_id for r in references] == [document.pk]

@@ -151,9 +151,9 @@ def test_an_unexpected_server_error_gives_a_plain_500(asker, scripted, monkeypat
     def explode(**kwargs: object) -> None:
         raise RuntimeError("secret detail at https://internal")
 
-    from answers import selectors
+    from answers import presenters
 
-    monkeypatch.setattr(selectors, "answer_payload", explode)
+    monkeypatch.setattr(presenters, "answer_payload", explode)
     client = Client(raise_request_exception=False)
     if where == "page":
         client.force_login(asker)
