@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import io
-from pathlib import Path
 
 import docx
 import openpyxl
@@ -105,12 +104,3 @@ SITE_HTML = """<html><head><title>Billing FAQ</title></head><body>
 <p>Refunds reach the card within five days.</p></article></main>
 <aside>Related: shipping times</aside><footer>Copyright 2026 Example Ltd</footer>
 </body></html>"""
-
-
-def write(path: Path, data: bytes | str) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if isinstance(data, str):
-        path.write_text(data, encoding="utf-8")
-    else:
-        path.write_bytes(data)
-    return path

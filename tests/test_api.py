@@ -13,6 +13,7 @@ from answers.citations import iter_markers
 from answers.conf import answers_settings
 from answers.models import Answer, Document, Feedback, Question
 from answers.pipeline import GENERIC_ERROR
+from tests.helpers import bearer
 
 pytestmark = pytest.mark.django_db
 
@@ -24,11 +25,6 @@ ANSWER_KEYS = {
     "withheld",
 }
 REFERENCE_KEYS = {"index", "document_id", "title", "url", "score", "excerpt", "anchor", "available"}
-
-
-def bearer(user, name: str = "test") -> dict[str, str]:  # type: ignore[no-untyped-def]
-    _, raw = services.api_token_create(user=user, name=name)
-    return {"HTTP_AUTHORIZATION": f"Bearer {raw}"}
 
 
 def post(client: Client, path: str, body: object, **headers: str):  # type: ignore[no-untyped-def]

@@ -16,6 +16,7 @@ from answers.conf import answers_settings
 from answers.management.commands.ingest import python_doc_topics
 from answers.models import Answer, ApiToken, Chunk, Document
 from tests import documents as docs
+from tests.helpers import write
 
 pytestmark = pytest.mark.django_db
 
@@ -35,15 +36,6 @@ def summary(stdout: str) -> dict[str, int]:
     match = SUMMARY.search(stdout)
     assert match is not None, stdout
     return {key: int(value) for key, value in match.groupdict().items()}
-
-
-def write(path: Path, data: str | bytes) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if isinstance(data, bytes):
-        path.write_bytes(data)
-    else:
-        path.write_text(data, encoding="utf-8")
-    return path
 
 
 @pytest.fixture

@@ -15,10 +15,10 @@ from django.test import Client
 from django.urls import path
 from django.utils import timezone
 
-from answers import services
 from answers.models import Answer, Conversation, Question
 from config.urls import handler400, handler403, handler404, handler500  # noqa: F401
 from config.urls import urlpatterns as site_urlpatterns
+from tests.helpers import bearer_headers
 
 pytestmark = pytest.mark.django_db
 
@@ -56,11 +56,6 @@ def _logout_form(page: BeautifulSoup):  # type: ignore[no-untyped-def]
     assert form is not None, "no log-out button"
     assert form.select_one('input[name="csrfmiddlewaretoken"]')["value"]
     return form
-
-
-def _bearer(user) -> dict[str, str]:  # type: ignore[no-untyped-def]
-    _, raw = services.api_token_create(user=user, name="errors")
-    return {"Authorization": f"Bearer {raw}"}
 
 
 # ------------------------------------------------------------------------------ 403
@@ -158,7 +153,7 @@ def test_a_too_large_form_is_the_site_413(client):
 
 def test_a_too_large_api_body_is_json_413(client, asker):
     body = json.dumps({"question": "x" * TEN_MB})
-    headers = {"HTTP_AUTHORIZATION": _bearer(asker)["Authorization"]}
+    headers = {"HTTP_AUTHORIZATION": bearer_headers(asker)["Authorization"]}
     response = client.post("/api/answers", data=body, content_type="application/json", **headers)
     assert response.status_code == 413
     assert response["Content-Type"].startswith("application/json")
@@ -168,7 +163,7 @@ def test_a_too_large_api_body_is_json_413(client, asker):
 
 def test_too_large_bodies_over_real_http(daphne_live_server, asker):
     body = json.dumps({"question": "x" * TEN_MB})
-    headers = {**_bearer(asker), "Content-Type": "application/json"}
+    headers = {**bearer_headers(asker), "Content-Type": "application/json"}
     response = httpx.post(
         f"{daphne_live_server.url}/api/answers", content=body, headers=headers, timeout=30
     )
@@ -215,7 +210,7 @@ def test_the_question_limit_says_when_to_retry_over_real_http(daphne_live_server
     response = httpx.post(
         f"{daphne_live_server.url}/api/answers",
         json={"question": "What is a lambda expression?"},
-        headers=_bearer(asker),
+        headers=bearer_headers(asker),
         timeout=30,
     )
     assert (response.status_code, response.reason_phrase) == (429, "Too Many Requests")
@@ -229,7 +224,7 @@ def test_the_stream_limit_says_when_a_slot_is_surely_free(client, asker, setting
     question = Question.objects.create(conversation=conversation, turn=1, text="q", user=asker)
     answer = Answer.objects.create(question=question, status=Answer.Status.STREAMING)
     Answer.objects.filter(pk=answer.pk).update(created_at=timezone.now() - timedelta(seconds=100))
-    headers = {"HTTP_AUTHORIZATION": _bearer(asker)["Authorization"]}
+    headers = {"HTTP_AUTHORIZATION": bearer_headers(asker)["Authorization"]}
     response = client.post(
         "/api/answers",
         data=json.dumps({"question": "What is a lambda expression?"}),

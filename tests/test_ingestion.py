@@ -25,6 +25,7 @@ from answers.ingestion import (
     scan_source_files,
 )
 from tests import documents
+from tests.helpers import write
 
 
 def make_pdf(pages: list[str], *, title: str | None = None) -> bytes:
@@ -62,15 +63,6 @@ def make_pdf(pages: list[str], *, title: str | None = None) -> bytes:
     out += b"trailer\n<< /Size %d /Root 1 0 R%s >>\n" % (size, info)
     out += b"startxref\n%d\n%%%%EOF\n" % xref_at
     return out
-
-
-def write(path: Path, data: bytes | str) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if isinstance(data, str):
-        path.write_text(data, encoding="utf-8")
-    else:
-        path.write_bytes(data)
-    return path
 
 
 # ----------------------------------------------------------------------- text files

@@ -7,15 +7,12 @@ from answers import pipeline, services
 from answers.citations import iter_markers
 from answers.models import Answer, Question
 from tests.corpus import RESTRICTED
+from tests.helpers import bearer_headers
 
 pytestmark = pytest.mark.django_db
 
 start = async_to_sync(pipeline.start_answer)
 ask = async_to_sync(pipeline.answer_question)
-
-
-def bearer(user) -> dict[str, str]:  # type: ignore[no-untyped-def]
-    return {"Authorization": f"Bearer {services.api_token_create(user=user, name='t')[1]}"}
 
 
 def test_concurrent_streams_per_user_are_capped(asker, other_asker, scripted, settings, client):
@@ -25,7 +22,7 @@ def test_concurrent_streams_per_user_are_capped(asker, other_asker, scripted, se
     before = Question.objects.count()
     response = client.post(
         "/api/answers", {"question": "What is a lambda expression?"},
-        content_type="application/json", headers=bearer(asker),
+        content_type="application/json", headers=bearer_headers(asker),
     )  # fmt: skip
     assert response.status_code == 429
     assert response.json()["code"] == "rate_limited" and "at once" in response.json()["detail"]
@@ -51,7 +48,7 @@ def test_questions_per_minute_are_capped(asker, scripted, settings, client):
         ask(user=asker, question="What is a lambda expression?")
     response = client.post(
         "/api/answers", {"question": "What is a lambda expression?"},
-        content_type="application/json", headers=bearer(asker),
+        content_type="application/json", headers=bearer_headers(asker),
     )  # fmt: skip
     assert response.status_code == 429 and "a minute" in response.json()["detail"]
 

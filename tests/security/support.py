@@ -8,7 +8,7 @@ from typing import Any
 
 from django.test import Client
 
-from answers import services
+from tests.helpers import bearer
 from tests.sockets import ORIGIN, receive_until_final, scoped_socket, session_socket
 
 __all__ = [
@@ -22,11 +22,6 @@ __all__ = [
     "session_cookie",
     "session_socket",
 ]
-
-
-def bearer(user: Any) -> dict[str, str]:
-    _, raw = services.api_token_create(user=user, name="security-test")
-    return {"HTTP_AUTHORIZATION": f"Bearer {raw}"}
 
 
 def post_json(client: Client, path: str, body: object, **headers: str) -> Any:
