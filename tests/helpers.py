@@ -5,7 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from answers import services
+from asgiref.sync import async_to_sync
+
+from answers import pipeline, services
+
+
+def ask(**kwargs: Any) -> Any:
+    """The whole pipeline from sync code: ``ask(user=..., question=...)`` gives the payload
+    (looked up at each call, so a test may patch ``pipeline.answer_question``)."""
+    return async_to_sync(pipeline.answer_question)(**kwargs)
 
 
 def bearer_token(user: Any, *, name: str = "test") -> str:

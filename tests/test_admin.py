@@ -3,7 +3,6 @@ from __future__ import annotations
 import re
 
 import pytest
-from asgiref.sync import async_to_sync
 from django.contrib.messages import get_messages
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
@@ -12,10 +11,10 @@ from django.urls import reverse
 from answers import pipeline, services
 from answers.models import Answer, ApiToken, Chunk, Document, Feedback, RetrievedSource
 from answers.registry import get_search_backend
+from tests.helpers import ask
 
 pytestmark = pytest.mark.django_db
 
-ask = async_to_sync(pipeline.answer_question)
 
 CHANGELIST = "admin:answers_answer_changelist"
 

@@ -16,7 +16,6 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
-from urllib.parse import quote
 
 import pytest
 from django.contrib.auth.models import User
@@ -26,6 +25,7 @@ from answers import services
 from answers.conf import answers_settings
 from answers.ingestion import chunk_text, extract_file
 from answers.models import Answer, Chunk, Conversation, Document, Feedback, Question
+from tests.live import database_url as live_database_url
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -80,16 +80,9 @@ else:
 
 def database_url() -> str:
     """The URL of the test database, for the children's DATABASE_URL."""
-    settings = connection.settings_dict
-    if connection.vendor == "sqlite":
-        return f"sqlite:///{Path(str(settings['NAME'])).resolve()}"
-    if connection.vendor == "postgresql":
-        auth = quote(settings["USER"] or "")
-        if settings["PASSWORD"]:
-            auth += ":" + quote(settings["PASSWORD"])
-        host = settings["HOST"] or "localhost"
-        return f"postgres://{auth}@{host}:{settings['PORT'] or 5432}/{settings['NAME']}"
-    pytest.skip(f"no DATABASE_URL for {connection.vendor}")
+    if connection.vendor not in ("sqlite", "postgresql"):
+        pytest.skip(f"no DATABASE_URL for {connection.vendor}")
+    return live_database_url(connection.settings_dict)
 
 
 def run_together(tmp_path: Path, jobs: Sequence[Sequence[str]]) -> list[tuple[int, str, str]]:

@@ -7,12 +7,11 @@ from answers import pipeline, services
 from answers.citations import iter_markers
 from answers.models import Answer, Question
 from tests.corpus import RESTRICTED
-from tests.helpers import bearer_headers
+from tests.helpers import ask, bearer_headers
 
 pytestmark = pytest.mark.django_db
 
 start = async_to_sync(pipeline.start_answer)
-ask = async_to_sync(pipeline.answer_question)
 
 
 def test_concurrent_streams_per_user_are_capped(asker, other_asker, scripted, settings, client):

@@ -9,10 +9,9 @@ from answers import pipeline
 from answers.citations import iter_markers
 from answers.models import Answer, Question, RetrievedSource
 from tests.corpus import RESTRICTED
+from tests.helpers import ask
 
 pytestmark = pytest.mark.django_db
-
-ask = async_to_sync(pipeline.answer_question)
 
 
 async def _collect(run):

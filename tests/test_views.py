@@ -1,16 +1,13 @@
 from __future__ import annotations
 
 import pytest
-from asgiref.sync import async_to_sync
 from bs4 import BeautifulSoup
 
-from answers import pipeline
 from answers.models import Document
 from tests.corpus import RESTRICTED
+from tests.helpers import ask
 
 pytestmark = pytest.mark.django_db
-
-ask = async_to_sync(pipeline.answer_question)
 
 
 def test_the_ask_page_needs_a_login(client):

@@ -25,6 +25,7 @@ from answers import pipeline, presenters, selectors, services
 from answers.citations import iter_markers
 from answers.models import Answer, Document, Feedback, Question, RetrievedSource
 from answers.panels import FINAL, PROVISIONAL, render_sources_panel
+from tests.helpers import ask
 from tests.security.support import bearer, post_json, receive_until_final, scoped_socket
 
 # --- (9) a random access matrix ---------------------------------------------------------
@@ -232,7 +233,6 @@ def test_every_surface_shows_only_documents_the_user_may_view(
 @pytest.fixture
 def two_answers(asker, other_asker, scripted):
     """One stored answer each for ``asker`` (mine) and ``other_asker`` (theirs)."""
-    ask = async_to_sync(pipeline.answer_question)
     scripted.script = ["Lambdas are small functions [1]."]
     mine = ask(user=asker, question="What is a lambda expression?")
     theirs = ask(user=other_asker, question="What is a lambda expression?")

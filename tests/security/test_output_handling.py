@@ -21,6 +21,7 @@ from answers import pipeline, presenters, services
 from answers.models import Answer
 from answers.panels import FINAL, PROVISIONAL, render_sources_panel
 from answers.rendering import render_answer_html, sanitize_html
+from tests.helpers import ask
 from tests.security.inert import (
     assert_inert,
     assert_page_has_no_injected_script,
@@ -305,7 +306,7 @@ def test_hostile_document_fields_are_inert_in_the_admin(admin_client, hostile_an
 
 def test_hostile_fields_are_inert_in_the_done_event(asker, hostile_answer):
     """The done event's html and panel, which the page's script assigns to innerHTML."""
-    done = async_to_sync(pipeline.answer_question)(user=asker, question="zeppelin quokka")
+    done = ask(user=asker, question="zeppelin quokka")
     assert isinstance(done, pipeline.DoneEvent)
     assert_inert(done.answer.html)
     panel = render_sources_panel(

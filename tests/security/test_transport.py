@@ -26,6 +26,7 @@ from answers.models import Answer, Feedback, Question
 from answers.search import postgres, sqlite_fts5
 from config.asgi import application
 from tests.corpus import RESTRICTED
+from tests.helpers import ask
 from tests.security.support import (
     bearer,
     post_json,
@@ -145,7 +146,7 @@ def test_unknown_urls_give_a_plain_404(client, asker, path, logged_in):
 @pytest.mark.django_db
 @pytest.mark.parametrize("where", ["page", "api"])
 def test_an_unexpected_server_error_gives_a_plain_500(asker, scripted, monkeypatch, where):
-    done = async_to_sync(pipeline.answer_question)(user=asker, question=LAMBDA)
+    done = ask(user=asker, question=LAMBDA)
     answer_id = done.answer.answer_id
 
     def explode(**kwargs: object) -> None:
@@ -195,7 +196,7 @@ def test_asking_over_the_session_without_the_csrf_token_is_refused(asker, script
 
 @pytest.mark.django_db
 def test_feedback_over_the_session_without_the_csrf_token_is_refused(asker, scripted):
-    done = async_to_sync(pipeline.answer_question)(user=asker, question=LAMBDA)
+    done = ask(user=asker, question=LAMBDA)
     path = f"/api/answers/{done.answer.answer_id}/feedback"
     client = csrf_client(asker)
     response = post_json(client, path, {"rating": "down", "comment": "forged"})
@@ -218,7 +219,7 @@ def test_logging_out_without_the_csrf_token_is_refused(asker):
 
 @pytest.mark.django_db
 def test_admin_changes_without_the_csrf_token_are_refused(admin_user, asker, scripted):
-    done = async_to_sync(pipeline.answer_question)(user=asker, question=LAMBDA)
+    done = ask(user=asker, question=LAMBDA)
     answer = Answer.objects.get(pk=done.answer.answer_id)
     url = reverse("admin:answers_answer_change", args=[answer.pk])
     client = csrf_client(admin_user)

@@ -10,13 +10,14 @@ from typing import Any
 
 import httpx
 import pytest
-from asgiref.sync import async_to_sync, sync_to_async
+from asgiref.sync import sync_to_async
 from bs4 import BeautifulSoup
 from django.contrib.auth.models import Group
 from django.core.cache import cache
 
 from answers import pipeline, services
 from answers.models import Answer
+from tests.helpers import ask
 from tests.llm_server import FakeLLM
 from tests.security.support import receive_until_final, scoped_socket
 from tests.test_sse import SSE, iter_events
@@ -27,8 +28,6 @@ SECRET = "hangar nine"
 VAULT_TITLES = ("Project Nightjar launch plan", "Nightjar zeppelin hangar safety")
 # answers.selectors.WITHHELD_MESSAGE (spelled out: the test must also run without the fix).
 WITHHELD_MESSAGE = "This answer is withheld: it draws on a source you can no longer access."
-
-ask = async_to_sync(pipeline.answer_question)
 
 
 def _leave_vault(user: Any) -> None:
