@@ -127,27 +127,26 @@ HTTP_STATUS: dict[str, int] = {
 }
 
 
+def _refusal(
+    request: HttpRequest, *, message: str, code: str, answer: Answer | None
+) -> HttpResponse:
+    body: dict[str, Any] = {"detail": message, "code": code}
+    if answer is not None:  # a conflict says which answer, and its state now
+        body |= {"answer_id": answer.pk, "status": answer.status}
+    return api.create_response(request, body, status=HTTP_STATUS[code])
+
+
 @api.exception_handler(pipeline.AskRefused)
 def _ask_refused(request: HttpRequest, exc: pipeline.AskRefused) -> HttpResponse:
-    if isinstance(exc, streams.AnswerNotStreaming):
-        return _conflict(request, exc, answer=exc.answer)
-    response = api.create_response(
-        request, {"detail": exc.message, "code": exc.code}, status=HTTP_STATUS[exc.code]
-    )
+    response = _refusal(request, message=exc.message, code=exc.code, answer=exc.answer)
     if exc.retry_after is not None:
         response["Retry-After"] = str(exc.retry_after)
     return response
 
 
-def _conflict(request: HttpRequest, exc: Exception, *, answer: Answer) -> HttpResponse:
-    code = str(getattr(exc, "code", "conflict"))
-    body = {"detail": str(exc), "code": code, "answer_id": answer.pk, "status": answer.status}
-    return api.create_response(request, body, status=HTTP_STATUS.get(code, 409))
-
-
 @api.exception_handler(services.AnswerStillStreaming)
 def _still_streaming(request: HttpRequest, exc: services.AnswerStillStreaming) -> HttpResponse:
-    return _conflict(request, exc, answer=exc.answer)
+    return _refusal(request, message=str(exc), code=exc.code, answer=exc.answer)
 
 
 @api.exception_handler(RequestDataTooBig)

@@ -51,6 +51,8 @@ class AskRefused(Exception):
     each transport maps codes to its own status or event in one table (api.HTTP_STATUS)."""
 
     code = "invalid"
+    #: the stored answer the refusal is about, when there is one (a conflict names it)
+    answer: Answer | None = None
     #: whole seconds after which asking again can pass (a limit's window), if known
     retry_after: int | None = None
 
