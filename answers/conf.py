@@ -74,8 +74,24 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("MODEL", "", "Model name passed to / reported by the provider.", env="ANSWERS_MODEL"),
     Setting(
         "SCORE_THRESHOLD",
-        0.25,
+        0.22,
         "Normalized score (0..1, docs/scores.md) a chunk needs to become a source.",
+        0.0,
+        1.0,
+    ),
+    Setting(
+        "RANK_TITLE_WEIGHT",
+        0.3,
+        "Document ranking: added for the share of the question's words in a document's title "
+        "(0: off; docs/scores.md).",
+        0.0,
+        10.0,
+    ),
+    Setting(
+        "RANK_SIZE_PRIOR",
+        0.03,
+        "Document ranking: taken off per ln(chunks) of a document, so a broad survey does "
+        "not outrank the specific page (0: off; docs/scores.md).",
         0.0,
         1.0,
     ),

@@ -1,6 +1,7 @@
-"""From a question to numbered sources: search, threshold, rerank, caps, access, numbering.
+"""From a question to numbered sources: search, threshold, rank, rerank, caps, access, numbering.
 
-The order is fixed (ADR 0002): score threshold, optional rerank, at most
+The order is fixed (ADR 0002): score threshold, document ranking (``answers.ranking``,
+ADR 0020), optional rerank, at most
 ``MAX_CHUNKS_PER_DOCUMENT`` chunks per document, then the asking user's access, then at most
 ``MAX_SOURCES`` documents. Access comes before the source limit so that documents a user
 may not view never take that user's places. Every candidate keeps its fate for the record.
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from .conf import answers_settings
 from .models import RetrievedSource
+from .ranking import candidates_ranked
 from .registry import get_reranker, get_search_backend
 from .search.base import SearchHit, search_takes_scope
 
@@ -70,6 +72,12 @@ def select_sources(
             candidate.dropped_reason = Dropped.BELOW_THRESHOLD
         else:
             alive.append(candidate)
+    alive = candidates_ranked(
+        alive,
+        question=question,
+        title_weight=float(answers_settings.RANK_TITLE_WEIGHT),
+        size_prior=float(answers_settings.RANK_SIZE_PRIOR),
+    )
 
     reranker = get_reranker()
     if reranker is not None and alive:

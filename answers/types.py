@@ -21,6 +21,8 @@ class Candidate:
     text: str
     rank: int
     score: float
+    document_chunks: int = 1  # the document's chunks in all (answers.ranking's breadth)
+    rank_score: float | None = None  # answers.ranking's order; never shown or thresholded
     rerank_score: float | None = None
     prompt_number: int | None = None
     dropped_reason: str = ""
