@@ -65,7 +65,7 @@ class AnswerAdmin(admin.ModelAdmin):
         ("Question", {"fields": ("question_text", "asked_by", "conversation", "turn")}),
         ("Outcome", {"fields": ("status", "error", "citations_fallback", "provider", "model")}),
         ("Text", {"fields": ("texts_side_by_side",)}),
-        ("Retrieved sources", {"fields": ("sources_table",)}),
+        ("Retrieved sources", {"fields": ("searched_for", "rewrite", "rerank", "sources_table")}),
         ("Timings (ms)", {"fields": ("retrieval_ms", "first_token_ms", "total_ms")}),
         ("Review", {"fields": ("reviewed", "review_note", "reviewed_by", "reviewed_at")}),
     )
@@ -80,6 +80,9 @@ class AnswerAdmin(admin.ModelAdmin):
         "provider",
         "model",
         "texts_side_by_side",
+        "searched_for",
+        "rewrite",
+        "rerank",
         "sources_table",
         "retrieval_ms",
         "first_token_ms",
@@ -150,6 +153,29 @@ class AnswerAdmin(admin.ModelAdmin):
             obj.raw_text,
             obj.final_text,
         )
+
+    @admin.display(description="Searched for")
+    def searched_for(self, obj: Answer) -> str:
+        question = obj.question
+        if question.search_text:
+            return f"{question.search_text} (the follow-up rewritten to stand alone)"
+        if question.turn > 1:
+            return "the question together with the one before it"
+        return "the question as asked"
+
+    @admin.display(description="Follow-up rewrite")
+    def rewrite(self, obj: Answer) -> str:
+        question = obj.question
+        if question.rewrite_ms is None:
+            return "—"  # off, first turn, or a provider that cannot rewrite
+        outcome = f"not used: {question.rewrite_error}" if question.rewrite_error else "used"
+        return f"{outcome} ({question.rewrite_ms} ms)"
+
+    @admin.display(description="Reranker")
+    def rerank(self, obj: Answer) -> str:
+        if obj.question.rerank_error:
+            return f"failed, search order kept: {obj.question.rerank_error}"
+        return "—"
 
     @admin.display(description="Every candidate with its fate")
     def sources_table(self, obj: Answer) -> SafeString:

@@ -29,6 +29,10 @@ def check_answers_settings(app_configs: Any = None, **kwargs: Any) -> list[Check
                 )
             )
     for setting in SETTINGS:
+        if setting.kind is bool and not isinstance(getattr(answers_settings, setting.name), bool):
+            errors.append(
+                Error(f"ANSWERS[{setting.name!r}] must be True or False.", id="answers.E003")
+            )
         if setting.low is None:
             continue
         key, kind, low, high = setting.name, setting.kind, setting.low, setting.high
@@ -82,7 +86,22 @@ def check_answers_settings(app_configs: Any = None, **kwargs: Any) -> list[Check
         if key == "SEARCH_BACKEND":
             errors += _check_search_backend_vendor(path, imported)
             errors += _check_search_backend_scope(path, imported)
+        if key == "PROVIDER" and answers_settings.REWRITE_FOLLOWUPS:
+            errors += _check_provider_rewrites(path, imported)
     return errors
+
+
+def _check_provider_rewrites(path: str, provider: Any) -> list[CheckMessage]:
+    if callable(getattr(provider, "rewrite", None)):
+        return []
+    return [
+        Warning(
+            f"ANSWERS['REWRITE_FOLLOWUPS'] is on, but the provider {path!r} cannot rewrite "
+            "questions: follow-ups are searched as they are, with the turn before.",
+            hint="Use a provider with a rewrite() method (openai), or turn it off.",
+            id="answers.W002",
+        )
+    ]
 
 
 def _check_search_backend_vendor(path: str, backend: Any) -> list[CheckMessage]:

@@ -95,6 +95,19 @@ SETTINGS: tuple[Setting, ...] = (
         0.0,
         1.0,
     ),
+    Setting(
+        "REWRITE_FOLLOWUPS",
+        False,
+        "Before retrieval, have the provider rewrite a follow-up into a standalone question "
+        "and search for that (providers that can: `openai`; docs/api.md#follow-ups).",
+    ),
+    Setting(
+        "REWRITE_TIMEOUT",
+        3.0,
+        "Seconds the follow-up rewrite may take; then the question is searched as it is.",
+        0.1,
+        60,
+    ),
     Setting("CANDIDATES", 40, "Chunks fetched from the search backend.", 1, 1000),
     Setting("MAX_CHUNKS_PER_DOCUMENT", 2, "Chunks of one document passed to the model.", 1, 50),
     Setting("MAX_SOURCES", 6, "Distinct documents numbered as sources.", 1, 100),

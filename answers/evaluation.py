@@ -153,7 +153,7 @@ def evaluation_set_load(*, path: Path) -> list[EvalQuestion]:
 
 
 def evaluation_question_run(*, item: EvalQuestion, user: User) -> EvalResult:
-    _, sources = retrieve_sources(user=user, question=item.question)
+    sources = retrieve_sources(user=user, question=item.question).sources
     keys = dict(
         Document.objects.filter(pk__in=[s.document_id for s in sources]).values_list(
             "pk", "source_key"

@@ -90,6 +90,18 @@ class Question(models.Model):
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="answer_questions"
     )
     created_at = models.DateTimeField(auto_now_add=True)
+    # How retrieval went, for reviewers (the admin's Retrieval section).
+    search_text = models.TextField(
+        blank=True,
+        help_text="The follow-up rewritten to stand alone, as searched (REWRITE_FOLLOWUPS).",
+    )
+    rewrite_ms = models.PositiveIntegerField(null=True, blank=True)
+    rewrite_error = models.CharField(
+        max_length=500, blank=True, help_text="Why the rewrite was not used."
+    )
+    rerank_error = models.CharField(
+        max_length=500, blank=True, help_text="Why the reranker's order was not used."
+    )
 
     class Meta:
         ordering = ["conversation_id", "turn"]

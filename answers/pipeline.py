@@ -33,13 +33,13 @@ from .events import (
     TokenEvent,
 )
 from .guards import GuardTripped, StreamLimits, guarded_stream
-from .models import Answer
-from .prompt import Prompt
-from .providers.base import ProviderError, Usage
+from .models import Answer, Conversation
+from .prompt import PriorTurn, Prompt, RewritePrompt
+from .providers.base import ProviderError, Usage, can_rewrite
 from .registry import get_provider
 from .rendering import render_answer_html
 from .retrieval import search_hits, select_sources
-from .types import AnswerPayload, Candidate, NumberedSource, Reference
+from .types import AnswerPayload, NumberedSource, Reference, Retrieval
 
 logger = logging.getLogger(__name__)
 
@@ -295,29 +295,51 @@ class AnswerRun:
 
 
 def retrieve_sources(
-    *, user: User, question: str, previous_question: str | None = None
-) -> tuple[list[Candidate], list[NumberedSource]]:
+    *, user: User, question: str, previous_question: str | None = None, standalone: str = ""
+) -> Retrieval:
     """Retrieval and source selection for ``user`` exactly as an answer gets them: search,
-    threshold, rerank, document cap, access, numbering. Stores nothing (``manage.py
-    evaluate`` measures this); an empty list of sources means the no-answer message."""
+    threshold, ranking, rerank, document cap, access, numbering. Stores nothing (``manage.py
+    evaluate`` measures this); no sources means the no-answer message. ``standalone`` is a
+    follow-up's rewrite, searched instead of it (``REWRITE_FOLLOWUPS``)."""
     hits = search_hits(
         question=question,
         previous_question=previous_question,
         documents=selectors.document_list_visible(user=user),
+        standalone=standalone,
     )
     candidates = selectors.candidates_for_hits(hits=((h.chunk_id, h.score) for h in hits))
-    sources = select_sources(
+    selection = select_sources(
         candidates,
-        question=question,
+        question=standalone or question,
         visible_document_ids=lambda ids: selectors.document_visible_ids(
             user=user, document_ids=ids
         ),
     )
-    return candidates, sources
+    return Retrieval(
+        candidates=candidates,
+        sources=selection.sources,
+        rerank_error=selection.rerank_error,
+        search_text=standalone,
+    )
 
 
-def _prepare(*, user: User, question: str, conversation_id: uuid.UUID | None) -> AnswerRun:
-    started = time.perf_counter()
+@dataclass(frozen=True)
+class _Context:
+    """What an ask needs from the store before retrieval: the conversation and the turns
+    the asker may still read."""
+
+    conversation: Conversation | None
+    history: list[PriorTurn]
+
+
+@dataclass(frozen=True)
+class _Rewrite:
+    text: str = ""
+    ms: int | None = None
+    error: str = ""
+
+
+def _context(*, user: User, conversation_id: uuid.UUID | None) -> _Context:
     if not selectors.user_can_ask(user=user):
         raise AskForbidden("You do not have permission to ask questions.")
     try:
@@ -325,40 +347,74 @@ def _prepare(*, user: User, question: str, conversation_id: uuid.UUID | None) ->
         services.question_check_limits(user=user)
     except services.LimitExceeded as exc:
         raise TooManyRequests(str(exc), retry_after=exc.retry_after) from None
-    conversation = None
-    history = []
-    previous_question = None
-    if conversation_id is not None:
-        try:
-            conversation = selectors.conversation_get_for_user(
-                conversation_id=conversation_id, user=user
-            )
-        except selectors.NotFound:
-            raise ConversationNotFound("conversation not found") from None
-        # Only turns the asker may still read: a withheld answer never enters a prompt again.
-        history = selectors.conversation_history(conversation=conversation, user=user)
-        previous_question = history[-1].question if history else None
+    if conversation_id is None:
+        return _Context(conversation=None, history=[])
+    try:
+        conversation = selectors.conversation_get_for_user(
+            conversation_id=conversation_id, user=user
+        )
+    except selectors.NotFound:
+        raise ConversationNotFound("conversation not found") from None
+    # Only turns the asker may still read: a withheld answer never enters a prompt again.
+    history = selectors.conversation_history(conversation=conversation, user=user)
+    return _Context(conversation=conversation, history=history)
 
-    candidates, sources = retrieve_sources(
-        user=user, question=question, previous_question=previous_question
+
+async def _standalone(*, question: str, history: list[PriorTurn]) -> _Rewrite:
+    """A follow-up rewritten to stand alone, when ``REWRITE_FOLLOWUPS`` is on and the
+    provider can. Bounded by ``REWRITE_TIMEOUT``; on any failure the question is searched
+    as it is (with the turn before) and the reason is kept for the admin."""
+    provider = get_provider()
+    if not history or not answers_settings.REWRITE_FOLLOWUPS or not can_rewrite(provider):
+        return _Rewrite()
+    started = time.perf_counter()
+    prompt = RewritePrompt(question=question, history=tuple(history))
+    try:
+        async with asyncio.timeout(float(answers_settings.REWRITE_TIMEOUT)):
+            text = " ".join((await provider.rewrite(prompt)).split())  # type: ignore[attr-defined]
+        if not text:
+            raise ProviderError("the rewrite was empty")
+    except TimeoutError:
+        error = f"timed out after {float(answers_settings.REWRITE_TIMEOUT):g} s"
+        return _Rewrite(ms=_ms_since(started), error=error)
+    except Exception as exc:
+        logger.warning("Rewriting a follow-up failed; searching it as asked", exc_info=True)
+        return _Rewrite(ms=_ms_since(started), error=_failure_reason(exc))
+    # Only ever a search query: it may not be longer than a question may be.
+    return _Rewrite(text=text[: int(answers_settings.MAX_QUESTION_LENGTH)], ms=_ms_since(started))
+
+
+def _prepare(
+    *, user: User, question: str, context: _Context, rewrite: _Rewrite, started: float
+) -> AnswerRun:
+    history = context.history
+    retrieval = retrieve_sources(
+        user=user,
+        question=question,
+        previous_question=history[-1].question if history else None,
+        standalone=rewrite.text,
     )
     retrieval_ms = _ms_since(started)
     provider = get_provider()
     try:
         created = services.question_create(
             user=user,
-            conversation=conversation,
+            conversation=context.conversation,
             text=question,
-            candidates=candidates,
+            candidates=retrieval.candidates,
             provider=provider.name,
             model=provider.model,
             retrieval_ms=retrieval_ms,
+            search_text=retrieval.search_text,
+            rewrite_ms=rewrite.ms,
+            rewrite_error=rewrite.error,
+            rerank_error=retrieval.rerank_error,
         )
     except services.LimitExceeded as exc:  # the check that holds (the one above may race)
         raise TooManyRequests(str(exc), retry_after=exc.retry_after) from None
     prompt = Prompt(
         question=question,
-        sources=tuple(source.as_prompt_source() for source in sources),
+        sources=tuple(source.as_prompt_source() for source in retrieval.sources),
         history=tuple(history),
     )
     return AnswerRun(
@@ -366,7 +422,7 @@ def _prepare(*, user: User, question: str, conversation_id: uuid.UUID | None) ->
         user=user,
         conversation_id=str(created.conversation.pk),
         turn=created.question.turn,
-        sources=sources,
+        sources=retrieval.sources,
         prompt=prompt,
         started=started,
     )
@@ -377,8 +433,13 @@ async def start_answer(
 ) -> AnswerRun:
     """Validate, retrieve and store the question; raises ``AskRefused`` before any event."""
     cleaned = clean_question(question)
+    started = time.perf_counter()
+    context = await sync_to_async(_context)(user=user, conversation_id=conversation_id)
+    # Between the two database steps, on the event loop: a rewrite waits on the network,
+    # never on the one thread database work shares.
+    rewrite = await _standalone(question=cleaned, history=context.history)
     return await sync_to_async(_prepare)(
-        user=user, question=cleaned, conversation_id=conversation_id
+        user=user, question=cleaned, context=context, rewrite=rewrite, started=started
     )
 
 

@@ -89,5 +89,36 @@ class Prompt:
         return messages
 
 
+REWRITE_PROMPT = """\
+You rewrite the last question of a conversation so that it can be understood without the \
+conversation: name what "it", "that", "them" or an omitted subject refer to, using the earlier \
+turns. Keep the asker's words where you can and add nothing they did not ask. If the question \
+already stands alone, repeat it unchanged. Reply with the rewritten question only, on one line."""
+
+
+@dataclass(frozen=True)
+class RewritePrompt:
+    """A follow-up and the turns before it, for a standalone rewrite (``REWRITE_FOLLOWUPS``).
+    The rewrite is only searched for; the answer's own prompt keeps the asker's words."""
+
+    question: str
+    history: tuple[PriorTurn, ...]
+    system: str = REWRITE_PROMPT
+
+    def messages(self) -> list[dict[str, str]]:
+        turns = "\n\n".join(
+            f"Question: {_one_line(turn.question)}\nAnswer: {_one_line(turn.answer)}"
+            for turn in self.history
+        )
+        return [
+            {"role": "system", "content": self.system},
+            {
+                "role": "user",
+                "content": f"Conversation so far:\n\n{turns}\n\n"
+                f"Last question: {_one_line(self.question)}",
+            },
+        ]
+
+
 def _one_line(text: str) -> str:
     return " ".join(text.split())

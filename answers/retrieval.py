@@ -23,20 +23,26 @@ if TYPE_CHECKING:
     from django.db.models import QuerySet
 
     from .models import Document
-from .types import Candidate, NumberedSource
+from .types import Candidate, NumberedSource, SourceSelection
 
 logger = logging.getLogger(__name__)
 Dropped = RetrievedSource.Dropped
 
 
 def search_hits(
-    *, question: str, previous_question: str | None, documents: QuerySet[Document]
+    *,
+    question: str,
+    previous_question: str | None,
+    documents: QuerySet[Document],
+    standalone: str = "",
 ) -> list[SearchHit]:
     """Search the asker's ``documents`` for the question; a follow-up is also searched
     together with the turn before.
 
     Elliptical follow-ups ("and how does it differ from X?") name only part of their
     subject; the previous question supplies the rest. Each chunk keeps its best score.
+    ``standalone`` is the follow-up rewritten to stand alone (``REWRITE_FOLLOWUPS``): it
+    is searched instead of both.
     The search and its statistics are scoped to ``documents`` (ADR 0009); a backend that
     cannot scope (system check answers.E013, silenced) searches everything, and
     ``select_sources`` still drops what the asker may not view.
@@ -44,6 +50,8 @@ def search_hits(
     backend = get_search_backend()
     limit = int(answers_settings.CANDIDATES)
     scope = {"documents": documents} if search_takes_scope(backend) else {}
+    if standalone:
+        question, previous_question = standalone, None
     best: dict[int, float] = {
         hit.chunk_id: hit.score for hit in backend.search(question, limit=limit, **scope)
     }
@@ -60,7 +68,7 @@ def select_sources(
     *,
     question: str,
     visible_document_ids: Callable[[Iterable[int]], set[int]],
-) -> list[NumberedSource]:
+) -> SourceSelection:
     """Decide every candidate's fate, and number the survivors [1..N] by best rank."""
     threshold = float(answers_settings.SCORE_THRESHOLD)
     per_document = int(answers_settings.MAX_CHUNKS_PER_DOCUMENT)
@@ -80,15 +88,17 @@ def select_sources(
     )
 
     reranker = get_reranker()
+    rerank_error = ""
     if reranker is not None and alive:
         try:
             scores = [float(score) for score in reranker.rerank(question, alive)]
             if len(scores) != len(alive):
                 raise ValueError(f"{len(scores)} scores for {len(alive)} candidates")
-        except Exception:
+        except Exception as exc:
             # A reranker is an optional refinement: when it fails the answer goes on with
-            # the search's order (no rerank scores are recorded, which the admin shows).
+            # the ranked search order, and the admin shows why (no rerank scores either).
             logger.warning("Reranker failed; keeping the search order", exc_info=True)
+            rerank_error = f"{type(exc).__name__}: {exc}"[:500]
         else:
             for candidate, score in zip(alive, scores, strict=True):
                 candidate.rerank_score = score
@@ -127,7 +137,7 @@ def select_sources(
         candidate.prompt_number = number
         grouped[number].append(candidate)
 
-    return [
+    sources = [
         NumberedSource(
             number=number,
             document_id=members[0].document_id,
@@ -137,3 +147,4 @@ def select_sources(
         )
         for number, members in grouped.items()
     ]
+    return SourceSelection(sources=sources, rerank_error=rerank_error)

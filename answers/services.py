@@ -137,6 +137,10 @@ def question_create(
     provider: str,
     model: str,
     retrieval_ms: int,
+    search_text: str = "",
+    rewrite_ms: int | None = None,
+    rewrite_error: str = "",
+    rerank_error: str = "",
 ) -> CreatedQuestion:
     """Store the question, its streaming answer and every candidate with its fate.
 
@@ -167,7 +171,14 @@ def question_create(
                     )["last"]
                     turn = (last or 0) + 1
                 question = Question.objects.create(
-                    conversation=current, turn=turn, text=text, user=user
+                    conversation=current,
+                    turn=turn,
+                    text=text,
+                    user=user,
+                    search_text=search_text,
+                    rewrite_ms=rewrite_ms,
+                    rewrite_error=rewrite_error,
+                    rerank_error=rerank_error,
                 )
                 answer = Answer.objects.create(
                     question=question,

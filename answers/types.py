@@ -143,3 +143,23 @@ class NumberedSource:
             title=self.title,
             passages=tuple(candidate.text for candidate in ordered),
         )
+
+
+@dataclass(frozen=True)
+class SourceSelection:
+    """What ``retrieval.select_sources`` decided: the numbered sources, and why the
+    reranker's order was not used when it failed (empty otherwise; shown in the admin)."""
+
+    sources: list[NumberedSource]
+    rerank_error: str = ""
+
+
+@dataclass(frozen=True)
+class Retrieval:
+    """One question's retrieval as the pipeline stores it (``pipeline.retrieve_sources``)."""
+
+    candidates: list[Candidate]
+    sources: list[NumberedSource]
+    rerank_error: str = ""
+    # The standalone question searched for when a follow-up was rewritten (empty: none).
+    search_text: str = ""

@@ -92,7 +92,7 @@ def test_the_threshold_applies_to_the_search_score_not_the_rank_score(settings) 
     strong = cand(2, 2, 0.5)
     sources = select_sources(
         [weak, strong], question="with statement", visible_document_ids=lambda ids: set(ids)
-    )
+    ).sources
     assert [s.document_id for s in sources] == [2]
     assert weak.dropped_reason == "below_threshold" and weak.score == 0.3
 
@@ -119,8 +119,8 @@ def test_on_the_demo_corpus_the_named_statement_comes_first(
 ) -> None:
     """Without the ranking the broad "Compound statements" holds the best chunk for these
     (the second half shows it)."""
-    _, sources = pipeline.retrieve_sources(user=asker, question=question)
+    sources = pipeline.retrieve_sources(user=asker, question=question).sources
     assert sources[0].title == title
     settings.ANSWERS = {"RANK_TITLE_WEIGHT": 0.0, "RANK_SIZE_PRIOR": 0.0}
-    _, unranked = pipeline.retrieve_sources(user=asker, question=question)
+    unranked = pipeline.retrieve_sources(user=asker, question=question).sources
     assert unranked[0].title != title

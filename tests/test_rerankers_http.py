@@ -1,16 +1,21 @@
 """``answers.rerankers.HttpReranker`` against a real local ``/rerank`` server, failures included:
-on any failure the sources keep the search's order and carry no rerank scores."""
+on any failure the sources keep the search's order, carry no rerank scores, and the stored
+question says why (the admin shows it)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
 from django.core.checks import run_checks
+from django.urls import reverse
 
+from answers.models import Answer
 from answers.pipeline import retrieve_sources
 from answers.rerankers import HttpReranker, RerankerError
+from tests.helpers import ask
 from tests.rerank_server import FakeReranker
 
 pytestmark = pytest.mark.django_db
@@ -36,15 +41,16 @@ def server(settings) -> Iterator[FakeReranker]:  # type: ignore[no-untyped-def]
 def _unreranked(settings) -> list[int]:  # type: ignore[no-untyped-def]
     saved = settings.ANSWERS
     settings.ANSWERS = {k: v for k, v in saved.items() if k != "RERANKER"}
-    _, sources = retrieve_sources(user=SUPERUSER, question=QUESTION)
+    sources = retrieve_sources(user=SUPERUSER, question=QUESTION).sources
     settings.ANSWERS = saved
     return [s.document_id for s in sources]
 
 
 def test_cohere_protocol_reorders_the_sources(server: FakeReranker, settings) -> None:  # type: ignore[no-untyped-def]
     plain = _unreranked(settings)
-    candidates, sources = retrieve_sources(user=SUPERUSER, question=QUESTION)
-    assert len(plain) >= 2
+    retrieval = retrieve_sources(user=SUPERUSER, question=QUESTION)
+    candidates, sources = retrieval.candidates, retrieval.sources
+    assert len(plain) >= 2 and retrieval.rerank_error == ""
     # The fake scores later candidates higher: the search's order comes back reversed.
     assert [s.document_id for s in sources] != plain
     assert all(c.rerank_score is not None for c in candidates if not c.dropped_reason)
@@ -81,15 +87,24 @@ def test_failures_raise_a_reason(server: FakeReranker, behaviour: str, reason: s
         HttpReranker().rerank("q", [_C("a"), _C("b"), _C("c")])
 
 
-@pytest.mark.parametrize("behaviour", ["status", "malformed", "short", "slow"])
-def test_a_failing_reranker_keeps_the_search_order(
-    server: FakeReranker, settings, behaviour: str
+@pytest.mark.parametrize(
+    ("behaviour", "reason"),
+    [
+        ("status", "RerankerError: reranker returned HTTP 500"),
+        ("malformed", "RerankerError: reranker returned malformed JSON"),
+        ("short", "RerankerError: reranker scored "),
+        ("slow", "RerankerError: reranker unreachable"),
+    ],
+)
+def test_a_failing_reranker_keeps_the_search_order_and_says_why(
+    server: FakeReranker, settings, behaviour: str, reason: str
 ) -> None:  # type: ignore[no-untyped-def]
     plain = _unreranked(settings)
     server.behaviour = behaviour
-    candidates, sources = retrieve_sources(user=SUPERUSER, question=QUESTION)
-    assert [s.document_id for s in sources] == plain
-    assert all(c.rerank_score is None for c in candidates)
+    retrieval = retrieve_sources(user=SUPERUSER, question=QUESTION)
+    assert [s.document_id for s in retrieval.sources] == plain
+    assert all(c.rerank_score is None for c in retrieval.candidates)
+    assert retrieval.rerank_error.startswith(reason)
 
 
 def test_unreachable_server_keeps_the_search_order(settings) -> None:  # type: ignore[no-untyped-def]
@@ -102,11 +117,24 @@ def test_unreachable_server_keeps_the_search_order(settings) -> None:  # type: i
     }
     with pytest.raises(RerankerError, match="unreachable"):
         HttpReranker().rerank("q", [_C("a")])
-    _, sources = retrieve_sources(user=SUPERUSER, question=QUESTION)
-    assert sources
+    retrieval = retrieve_sources(user=SUPERUSER, question=QUESTION)
+    assert retrieval.sources and "unreachable" in retrieval.rerank_error
 
 
 def test_check_reports_a_missing_url(settings) -> None:  # type: ignore[no-untyped-def]
     settings.ANSWERS = {"RERANKER": "answers.rerankers.HttpReranker", "RERANK_API": "x"}
     ids = {m.id for m in run_checks()}
     assert {"answers.E020", "answers.E021"} <= ids
+
+
+def test_a_stored_answer_says_why_its_reranker_was_not_used(
+    server: FakeReranker, asker: User, admin_client: Any
+) -> None:
+    server.behaviour = "status"
+    done = ask(user=asker, question=QUESTION)
+    question = Answer.objects.get(pk=done.answer.answer_id).question
+    assert question.rerank_error == "RerankerError: reranker returned HTTP 500"
+    page = admin_client.get(reverse("admin:answers_answer_change", args=[done.answer.answer_id]))
+    assert "failed, search order kept: RerankerError: reranker returned HTTP 500" in (
+        page.content.decode()
+    )

@@ -41,7 +41,7 @@ def test_fates_follow_threshold_cap_access_and_limit(settings):
     ]
     sources = select_sources(
         candidates, question="q", visible_document_ids=lambda ids: set(ids) - {20}
-    )
+    ).sources
     assert [(s.number, s.document_id) for s in sources] == [(1, 10), (2, 30)]
     assert [c.dropped_reason for c in candidates] == [
         "",
@@ -57,14 +57,16 @@ def test_fates_follow_threshold_cap_access_and_limit(settings):
 def test_restricted_documents_do_not_take_an_outsiders_places(settings):
     settings.ANSWERS = {"SCORE_THRESHOLD": 0.0, "MAX_SOURCES": 2}
     candidates = [cand(1, 1, 0.9), cand(2, 2, 0.8), cand(3, 3, 0.7), cand(4, 4, 0.6)]
-    sources = select_sources(candidates, question="q", visible_document_ids=lambda ids: {3, 4})
+    sources = select_sources(
+        candidates, question="q", visible_document_ids=lambda ids: {3, 4}
+    ).sources
     assert [s.document_id for s in sources] == [3, 4]
 
 
 def test_chunks_of_one_document_share_its_number(settings):
     settings.ANSWERS = {"SCORE_THRESHOLD": 0.0, "MAX_CHUNKS_PER_DOCUMENT": 2}
     candidates = [cand(1, 1, 0.9, 4), cand(2, 2, 0.8), cand(3, 1, 0.7, 1)]
-    sources = select_sources(candidates, question="q", visible_document_ids=everyone)
+    sources = select_sources(candidates, question="q", visible_document_ids=everyone).sources
     assert [c.prompt_number for c in candidates] == [1, 2, 1]
     assert sources[0].as_prompt_source().passages == ("text 3", "text 1")  # document order
 
@@ -77,8 +79,10 @@ def test_a_reranker_reorders_before_the_caps(settings):
     }
     candidates = [cand(1, 1, 0.9), cand(2, 2, 0.5)]
     candidates[1].text = "zeppelin hangar"
-    sources = select_sources(candidates, question="zeppelin hangar", visible_document_ids=everyone)
-    assert [s.document_id for s in sources] == [2]
+    selection = select_sources(
+        candidates, question="zeppelin hangar", visible_document_ids=everyone
+    )
+    assert [s.document_id for s in selection.sources] == [2] and selection.rerank_error == ""
     assert candidates[1].rerank_score == 1.0 and candidates[0].dropped_reason == "source_limit"
 
 
@@ -89,5 +93,5 @@ def test_a_broken_access_check_fails_closed(settings):
         raise RuntimeError("down")
 
     candidates = [cand(1, 1, 0.9)]
-    assert select_sources(candidates, question="q", visible_document_ids=broken) == []
+    assert select_sources(candidates, question="q", visible_document_ids=broken).sources == []
     assert candidates[0].dropped_reason == "no_access"

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol, runtime_checkable
 
-from ..prompt import Prompt
+from ..prompt import Prompt, RewritePrompt
 
 
 @dataclass(frozen=True)
@@ -38,3 +38,15 @@ class Provider(Protocol):
     def stream(self, prompt: Prompt) -> AsyncIterator[str | Usage]:
         """Yield the answer as text deltas, citing sources as ``[n]``."""
         ...
+
+
+@runtime_checkable
+class QuestionRewriter(Protocol):
+    """A provider that can also rewrite a follow-up into a standalone question
+    (``REWRITE_FOLLOWUPS``; the offline extractive provider cannot)."""
+
+    async def rewrite(self, prompt: RewritePrompt) -> str: ...
+
+
+def can_rewrite(provider: Any) -> bool:
+    return isinstance(provider, QuestionRewriter)

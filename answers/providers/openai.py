@@ -13,7 +13,7 @@ from typing import Any
 from django.core.checks import CheckMessage, Error
 
 from ..conf import answers_settings
-from ..prompt import Prompt
+from ..prompt import Prompt, RewritePrompt
 from .base import ProviderError, Usage
 
 
@@ -77,15 +77,30 @@ class OpenAIProvider:
     def model(self) -> str:
         return str(answers_settings.MODEL)
 
-    async def stream(self, prompt: Prompt) -> AsyncIterator[str | Usage]:
+    def stream(self, prompt: Prompt) -> AsyncIterator[str | Usage]:
+        return self._completion(prompt.messages(), temperature=0.1)
+
+    async def rewrite(self, prompt: RewritePrompt) -> str:
+        """The follow-up rewritten to stand alone (``REWRITE_FOLLOWUPS``): the whole reply
+        of the same streaming call, joined; the pipeline bounds its time."""
+        parts = [
+            delta
+            async for delta in self._completion(prompt.messages(), temperature=0.0)
+            if isinstance(delta, str)
+        ]
+        return "".join(parts)
+
+    async def _completion(
+        self, messages: list[dict[str, str]], *, temperature: float
+    ) -> AsyncIterator[str | Usage]:
         openai = self._openai
         try:
             response = await self._client.chat.completions.create(  # type: ignore[call-overload]
                 model=self.model,
-                messages=prompt.messages(),
+                messages=messages,
                 stream=True,
                 stream_options={"include_usage": True},
-                temperature=0.1,
+                temperature=temperature,
             )
         except (openai.RateLimitError, openai.InternalServerError) as exc:
             raise ProviderError(
