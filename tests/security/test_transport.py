@@ -14,7 +14,6 @@ import secrets
 import pytest
 from asgiref.sync import async_to_sync, sync_to_async
 from channels.db import database_sync_to_async
-from channels.testing import WebsocketCommunicator
 from django.contrib.auth.models import Group, Permission, User
 from django.core.management import call_command
 from django.test import AsyncClient, Client
@@ -24,12 +23,14 @@ from answers import pipeline, retrieval
 from answers.conf import answers_settings
 from answers.models import Answer, Feedback, Question
 from answers.search import postgres, sqlite_fts5
-from config.asgi import application
 from tests.corpus import RESTRICTED
 from tests.helpers import ask
-from tests.security.support import (
-    bearer,
-    post_json,
+from tests.security.support import bearer, post_json
+from tests.sockets import (
+    ORIGIN,
+    ask_on,
+    connected,
+    raw_socket,
     receive_until_final,
     scoped_socket,
     session_socket,
@@ -100,8 +101,7 @@ async def test_a_provider_failure_gives_a_generic_sse_error(corpus, asker, explo
 
 @pytest.mark.django_db(transaction=True)
 async def test_a_provider_failure_gives_a_generic_socket_error(corpus, asker, exploding):
-    comm = scoped_socket(asker)
-    assert (await comm.connect())[0]
+    comm = await connected(scoped_socket(asker))
     await comm.send_json_to({"type": "ask", "question": LAMBDA})
     messages = await receive_until_final(comm)
     assert messages[-1]["type"] == "error"
@@ -341,8 +341,7 @@ async def test_oversized_socket_messages_are_refused_before_retrieval(
 ):
     limit = int(answers_settings.MAX_QUESTION_LENGTH)
     before = await Question.objects.acount()
-    comm = scoped_socket(asker)
-    assert (await comm.connect())[0]
+    comm = await connected(scoped_socket(asker))
     frames = [
         (json.dumps({"type": "ask", "question": "x" * (limit * 6 + 2048)}), "too_large"),
         (json.dumps({"type": "ask", "question": "é" * (limit * 7)}), "too_large"),
@@ -373,16 +372,16 @@ async def test_oversized_socket_messages_are_refused_before_retrieval(
 )
 async def test_a_socket_from_a_foreign_or_missing_origin_is_refused(corpus, asker, client, origin):
     comm = await session_socket(client, asker, origin=origin)
-    connected, _ = await comm.connect()
-    assert not connected
+    accepted, _ = await comm.connect()
+    assert not accepted
 
 
 @pytest.mark.django_db(transaction=True)
 async def test_a_socket_from_the_sites_own_origin_is_accepted(corpus, asker, client):
     """The control for the test above, with the same session cookie."""
     comm = await session_socket(client, asker)
-    connected, _ = await comm.connect()
-    assert connected
+    accepted, _ = await comm.connect()
+    assert accepted
     await comm.disconnect()
 
 
@@ -428,25 +427,14 @@ def test_the_origin_check_needs_an_allowed_host(settings):
 
 @pytest.mark.django_db(transaction=True)
 async def test_a_socket_without_a_valid_session_is_refused(corpus):
-    comm = WebsocketCommunicator(
-        application,
-        "/ws/answers/",
-        headers=[
-            (b"host", b"testserver"),
-            (b"origin", b"http://testserver"),
-            (b"cookie", b"sessionid=forged-session-key"),
-        ],
+    comm = raw_socket(
+        [(b"host", b"testserver"), ORIGIN, (b"cookie", b"sessionid=forged-session-key")]
     )
-    connected, code = await comm.connect()
-    assert not connected and code == 4401
+    accepted, code = await comm.connect()
+    assert not accepted and code == 4401
 
 
 # --- (11) an open socket follows its user's access as it changes ------------------------
-
-
-async def _ask_on(comm: WebsocketCommunicator, question: str) -> list[dict]:
-    await comm.send_json_to({"type": "ask", "question": question})
-    return await receive_until_final(comm)
 
 
 def _deactivate(user: User) -> None:
@@ -475,11 +463,10 @@ def _end_sessions(user: User) -> None:
     ],
 )
 async def test_an_open_socket_stops_answering_a_user_who_lost_access(corpus, asker, client, change):
-    comm = await session_socket(client, asker)
-    assert (await comm.connect())[0]
-    assert (await _ask_on(comm, LAMBDA))[-1]["type"] == "done"  # the control
+    comm = await connected(await session_socket(client, asker))
+    assert (await ask_on(comm, LAMBDA))[-1]["type"] == "done"  # the control
     await database_sync_to_async(change)(asker)
-    messages = await _ask_on(comm, LAMBDA)
+    messages = await ask_on(comm, LAMBDA)
     assert messages[0]["type"] == "error", [m["type"] for m in messages[:3]]
     assert not any(m.get("references") for m in messages)
     await comm.disconnect()
@@ -487,8 +474,7 @@ async def test_an_open_socket_stops_answering_a_user_who_lost_access(corpus, ask
 
 @pytest.mark.django_db(transaction=True)
 async def test_an_open_socket_stops_showing_a_group_the_user_left(corpus, member, client):
-    comm = await session_socket(client, member)
-    assert (await comm.connect())[0]
+    comm = await connected(await session_socket(client, member))
 
     def restricted_titles(messages: list[dict]) -> set[str]:
         return {
@@ -498,10 +484,10 @@ async def test_an_open_socket_stops_showing_a_group_the_user_left(corpus, member
             if r["title"] in RESTRICTED
         }
 
-    assert restricted_titles(await _ask_on(comm, NIGHTJAR))  # the control: a member sees them
+    assert restricted_titles(await ask_on(comm, NIGHTJAR))  # the control: a member sees them
     vault = await Group.objects.aget(name="vault")
     await database_sync_to_async(lambda: User.objects.get(pk=member.pk).groups.remove(vault))()
-    messages = await _ask_on(comm, NIGHTJAR)
+    messages = await ask_on(comm, NIGHTJAR)
     assert messages[-1]["type"] == "done"
     assert restricted_titles(messages) == set()
     blob = json.dumps(messages)
