@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from asgiref.sync import async_to_sync
 
 from answers import pipeline, services
+from answers.search.base import SearchHit
 
 
 def ask(**kwargs: Any) -> Any:
@@ -39,3 +40,28 @@ def write(path: Path, data: bytes | str) -> Path:
     else:
         path.write_bytes(data)
     return path
+
+
+# --- the fault seam ---------------------------------------------------------------------
+
+
+class FailingSearch:
+    """A search backend that fails at every search and counts the attempts (``calls``)."""
+
+    name = "failing"
+    calls: ClassVar[int] = 0
+    error: ClassVar[Exception] = RuntimeError("retrieval must not run for this request")
+
+    def search(self, query: str, *, limit: int, documents: Any = None) -> list[SearchHit]:
+        type(self).calls += 1
+        raise type(self).error
+
+
+def fail_retrieval(settings: Any, error: Exception | None = None) -> type[FailingSearch]:
+    """Every retrieval from now on fails (with ``error``): the one seam is the configured
+    search backend, which every way into retrieval goes through (``answers.registry``).
+    Give ``pytest-django``'s ``settings``; the class returned counts the attempts."""
+    FailingSearch.calls = 0
+    FailingSearch.error = error or RuntimeError("retrieval must not run for this request")
+    settings.ANSWERS = {**settings.ANSWERS, "SEARCH_BACKEND": "tests.helpers.FailingSearch"}
+    return FailingSearch

@@ -19,12 +19,11 @@ from django.core.management import call_command
 from django.test import AsyncClient, Client
 from django.urls import reverse
 
-from answers import pipeline, retrieval
+from answers import pipeline
 from answers.conf import answers_settings
 from answers.models import Answer, Feedback, Question
-from answers.search import postgres, sqlite_fts5
 from tests.corpus import RESTRICTED
-from tests.helpers import ask
+from tests.helpers import ask, fail_retrieval
 from tests.security.support import bearer, post_json
 from tests.sockets import (
     ORIGIN,
@@ -278,24 +277,10 @@ def test_a_weak_production_setting_is_caught_by_the_deploy_checks(settings):
 # --- (18) oversized input is refused before any retrieval work --------------------------
 
 
-class Tripwire:
-    def __init__(self) -> None:
-        self.calls = 0
-
-    def __call__(self, *args: object, **kwargs: object) -> None:
-        self.calls += 1
-        raise RuntimeError("retrieval must not run for this request")
-
-
 @pytest.fixture
-def retrieval_tripwire(monkeypatch):
+def retrieval_tripwire(settings):
     """Every way into retrieval raises and is counted."""
-    wire = Tripwire()
-    monkeypatch.setattr(retrieval, "search_hits", wire)
-    monkeypatch.setattr(pipeline, "search_hits", wire)  # the name the pipeline calls
-    monkeypatch.setattr(sqlite_fts5.SQLiteFTS5Backend, "search", wire)
-    monkeypatch.setattr(postgres.PostgreSQLBackend, "search", wire)
-    return wire
+    return fail_retrieval(settings)
 
 
 @pytest.mark.django_db
