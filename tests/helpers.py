@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -30,6 +31,43 @@ def bearer(user: Any, *, name: str = "test") -> dict[str, str]:
 def bearer_headers(user: Any, *, name: str = "test") -> dict[str, str]:
     """HTTP headers, for ``headers=`` of a real client (httpx, the test client)."""
     return {"Authorization": f"Bearer {bearer_token(user, name=name)}"}
+
+
+# --- JSON API calls (Zulip's ``api_post``/``api_get``/``assert_json_error``) -----------------
+
+
+def api_post(client: Any, path: str, body: object, *, user: Any = None, **extra: Any) -> Any:
+    """POST ``body`` as JSON (a ``str`` or ``bytes`` is sent as it is) with a test client
+    (``Client`` or ``AsyncClient``: await the result); ``user``: with a fresh bearer token
+    of that user; ``extra``: the client's keywords (``HTTP_ACCEPT=...``, ``headers=...``)."""
+    if user is not None:
+        extra = {**bearer(user), **extra}
+    data = body if isinstance(body, (str, bytes)) else json.dumps(body)
+    return client.post(path, data=data, content_type="application/json", **extra)
+
+
+def api_get(client: Any, path: str, *, user: Any = None, **extra: Any) -> Any:
+    """GET ``path``; ``user`` and ``extra`` as for ``api_post``."""
+    if user is not None:
+        extra = {**bearer(user), **extra}
+    return client.get(path, **extra)
+
+
+def assert_json_error(
+    response: Any, status: int | tuple[int, ...], code: str | None = None
+) -> dict[str, Any]:
+    """``response`` is one of the API's JSON errors (``ErrorOut``: ``detail`` and ``code``)
+    with ``status`` (or one of them) and, if given, ``code``: its body.
+
+    For a test client's response and for an ``httpx`` one alike."""
+    statuses = status if isinstance(status, tuple) else (status,)
+    assert response.status_code in statuses, response.content
+    assert response.headers["Content-Type"].startswith("application/json")
+    body: dict[str, Any] = response.json()
+    assert "detail" in body, body
+    if code is not None:
+        assert body.get("code") == code, body
+    return body
 
 
 def write(path: Path, data: bytes | str) -> Path:

@@ -8,9 +8,9 @@ import json
 import pytest
 from asgiref.sync import async_to_sync
 
-from answers import services
 from answers.models import Answer
 from answers.pipeline import GENERIC_ERROR
+from tests.helpers import api_post
 from tests.llm_server import FakeLLM
 from tests.sockets import ask_on, connected, scoped_socket
 
@@ -40,13 +40,7 @@ def fake_llm(settings):  # type: ignore[no-untyped-def]
 
 
 def ask_json(client, user):  # type: ignore[no-untyped-def]
-    _, raw = services.api_token_create(user=user, name="t")
-    response = client.post(
-        "/api/answers",
-        {"question": QUESTION},
-        content_type="application/json",
-        headers={"Authorization": f"Bearer {raw}"},
-    )
+    response = api_post(client, "/api/answers", {"question": QUESTION}, user=user)
     return response, Answer.objects.order_by("-pk").first()
 
 

@@ -7,7 +7,7 @@ from answers import pipeline, services
 from answers.citations import iter_markers
 from answers.models import Answer, Question
 from tests.corpus import RESTRICTED
-from tests.helpers import ask, bearer_headers
+from tests.helpers import api_post, ask, assert_json_error
 
 pytestmark = pytest.mark.django_db
 
@@ -19,12 +19,10 @@ def test_concurrent_streams_per_user_are_capped(asker, other_asker, scripted, se
     start(user=asker, question="What is a lambda expression?")
     start(user=asker, question="What is a lambda expression?")  # both still streaming
     before = Question.objects.count()
-    response = client.post(
-        "/api/answers", {"question": "What is a lambda expression?"},
-        content_type="application/json", headers=bearer_headers(asker),
-    )  # fmt: skip
-    assert response.status_code == 429
-    assert response.json()["code"] == "rate_limited" and "at once" in response.json()["detail"]
+    response = api_post(
+        client, "/api/answers", {"question": "What is a lambda expression?"}, user=asker
+    )
+    assert "at once" in assert_json_error(response, 429, "rate_limited")["detail"]
     assert Question.objects.count() == before
     # Someone else is not affected.
     assert ask(user=other_asker, question="What is a lambda expression?").answer.status
@@ -45,10 +43,9 @@ def test_questions_per_minute_are_capped(asker, scripted, settings, client):
     settings.ANSWERS = {**settings.ANSWERS, "QUESTIONS_PER_MINUTE": 3}
     for _ in range(3):
         ask(user=asker, question="What is a lambda expression?")
-    response = client.post(
-        "/api/answers", {"question": "What is a lambda expression?"},
-        content_type="application/json", headers=bearer_headers(asker),
-    )  # fmt: skip
+    response = api_post(
+        client, "/api/answers", {"question": "What is a lambda expression?"}, user=asker
+    )
     assert response.status_code == 429 and "a minute" in response.json()["detail"]
 
 

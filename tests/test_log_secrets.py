@@ -9,6 +9,7 @@ import pytest
 from django.conf import settings as django_settings
 
 from answers import services
+from tests.helpers import api_post
 
 pytestmark = pytest.mark.django_db
 
@@ -24,7 +25,7 @@ def everything_logged(caplog, settings):  # type: ignore[no-untyped-def]
 
 
 def _post(client, **headers: str):  # type: ignore[no-untyped-def]
-    return client.post("/api/answers", data=QUESTION, content_type="application/json", **headers)
+    return api_post(client, "/api/answers", QUESTION, **headers)
 
 
 @pytest.mark.parametrize(

@@ -21,7 +21,7 @@ from answers import pipeline, presenters, services
 from answers.models import Answer
 from answers.panels import FINAL, PROVISIONAL, render_sources_panel
 from answers.rendering import render_answer_html, sanitize_html
-from tests.helpers import ask
+from tests.helpers import api_get, api_post, ask
 from tests.security.inert import (
     assert_inert,
     assert_page_has_no_injected_script,
@@ -29,7 +29,6 @@ from tests.security.inert import (
     event_handler_attributes,
     url_scheme,
 )
-from tests.security.support import bearer, post_json
 
 PREFIX = "answer-1-source"
 
@@ -200,7 +199,7 @@ def hostile_answer(client, asker, scripted):
     )
     assert result.document.url == HOSTILE_URL  # ingest stored it unvalidated: the attack
     scripted.script = ["x [1]"]
-    response = post_json(client, "/api/answers", {"question": "zeppelin quokka"}, **bearer(asker))
+    response = api_post(client, "/api/answers", {"question": "zeppelin quokka"}, user=asker)
     assert response.status_code == 200, response.content
     body = response.json()
     assert [r["document_id"] for r in body["references"]] == [result.document.pk]
@@ -216,7 +215,7 @@ def test_hostile_document_fields_are_inert_in_the_api_html(hostile_answer):
 
 def test_api_json_with_hostile_fields_cannot_be_sniffed_as_html(client, asker, hostile_answer):
     body, _ = hostile_answer
-    response = client.get(f"/api/answers/{body['answer_id']}", **bearer(asker))
+    response = api_get(client, f"/api/answers/{body['answer_id']}", user=asker)
     assert response["Content-Type"].startswith("application/json")
     assert response["X-Content-Type-Options"] == "nosniff"
     assert_inert(response.json()["html"])
