@@ -11,7 +11,7 @@ from asgiref.sync import async_to_sync
 from answers.models import Answer
 from answers.pipeline import GENERIC_ERROR
 from tests.helpers import api_post
-from tests.llm_server import FakeLLM
+from tests.llm_server import serving
 from tests.sockets import ask_on, connected, scoped_socket
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -21,22 +21,10 @@ QUESTION = "What is a lambda expression?"
 
 @pytest.fixture
 def fake_llm(settings):  # type: ignore[no-untyped-def]
-    server = FakeLLM()
-    settings.ANSWERS = {
-        **settings.ANSWERS,
-        "PROVIDER": "openai",
-        "MODEL": "local-test",
-        "OPENAI_BASE_URL": server.base_url,
-        "OPENAI_API_KEY": "test-key",
-        "FIRST_TOKEN_TIMEOUT": 0.5,
-        "IDLE_TIMEOUT": 0.5,
-        "TOTAL_TIMEOUT": 5.0,
-        "MAX_EMPTY_DELTAS": 50,
-        "PROVIDER_RETRIES": 2,
-        "RETRY_BACKOFF": 0.05,
-    }
-    yield server
-    server.close()
+    limits = {"FIRST_TOKEN_TIMEOUT": 0.5, "IDLE_TIMEOUT": 0.5, "TOTAL_TIMEOUT": 5.0}
+    retries = {"MAX_EMPTY_DELTAS": 50, "PROVIDER_RETRIES": 2, "RETRY_BACKOFF": 0.05}
+    with serving(settings, **limits, **retries) as server:
+        yield server
 
 
 def ask_json(client, user):  # type: ignore[no-untyped-def]

@@ -37,6 +37,12 @@ def render(text: str, sources: int = 2) -> str:
     return render_answer_html(text, anchor_prefix=PREFIX, source_count=sources)
 
 
+@pytest.fixture
+def inert(payload: str) -> BeautifulSoup:
+    """The answer ``payload`` (the test's parameter) rendered, and asserted inert."""
+    return assert_inert(render(payload))
+
+
 # --- (1) raw HTML in an answer ----------------------------------------------------------
 
 RAW_HTML = [
@@ -78,11 +84,9 @@ RAW_HTML = [
 
 
 @pytest.mark.parametrize("payload", RAW_HTML)
-def test_raw_html_in_an_answer_is_inert(payload):
-    html = render(payload)
-    soup = assert_inert(html)
+def test_raw_html_in_an_answer_is_inert(inert):
     # The text survives as text: raw HTML is shown, not dropped silently into markup.
-    assert soup.get_text().strip()
+    assert inert.get_text().strip()
 
 
 def test_forged_citation_placeholders_in_the_text_never_become_links():
@@ -116,9 +120,8 @@ DANGEROUS_LINKS = [
 
 
 @pytest.mark.parametrize("payload", DANGEROUS_LINKS)
-def test_markdown_links_with_dangerous_schemes_are_neutralized(payload):
-    soup = assert_inert(render(payload))
-    for a in soup.find_all("a"):
+def test_markdown_links_with_dangerous_schemes_are_neutralized(inert):
+    for a in inert.find_all("a"):
         assert url_scheme(a.get("href", "")) in (None, "http", "https", "mailto")
 
 

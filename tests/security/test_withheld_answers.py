@@ -18,7 +18,7 @@ from django.core.cache import cache
 from answers import pipeline, services
 from answers.models import Answer
 from tests.helpers import ask
-from tests.llm_server import FakeLLM
+from tests.llm_server import serving
 from tests.security.support import receive_until_final, scoped_socket
 from tests.test_sse import SSE, iter_events
 
@@ -130,18 +130,9 @@ async def test_a_revoked_answer_is_withheld_from_a_socket_resume_and_stored_done
 @pytest.fixture
 def fake_llm(settings):  # type: ignore[no-untyped-def]
     """A real local OpenAI-protocol server: what it receives is what a model would read."""
-    server = FakeLLM()
     deltas = ["The Nightjar zeppelin launches from ", "hangar nine [1]."]
-    server.behaviours = [{"kind": "ok", "deltas": deltas}]
-    settings.ANSWERS = {
-        **settings.ANSWERS,
-        "PROVIDER": "openai",
-        "MODEL": "local-test",
-        "OPENAI_BASE_URL": server.base_url,
-        "OPENAI_API_KEY": "test-key",
-    }
-    yield server
-    server.close()
+    with serving(settings, {"kind": "ok", "deltas": deltas}) as server:
+        yield server
 
 
 def _prompt_text(request: dict[str, Any]) -> str:
