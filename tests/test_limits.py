@@ -182,7 +182,7 @@ async def test_parallel_socket_asks_get_at_most_the_concurrent_streams(slow_live
     from asgiref.sync import sync_to_async
 
     from answers.conf import answers_settings
-    from tests.security.support import live_socket, session_cookie
+    from tests.sockets import live_socket, session_cookie
 
     limit = int(answers_settings.MAX_CONCURRENT_STREAMS)
     cookie = await sync_to_async(session_cookie)(asker)

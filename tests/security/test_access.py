@@ -25,8 +25,8 @@ from answers import pipeline, presenters, selectors, services
 from answers.citations import iter_markers
 from answers.models import Answer, Document, Feedback, Question, RetrievedSource
 from answers.panels import FINAL, PROVISIONAL, render_sources_panel
-from tests.helpers import api_post, ask, assert_json_error
-from tests.security.support import bearer, receive_until_final, scoped_socket
+from tests.helpers import api_post, ask, assert_json_error, bearer
+from tests.sockets import receive_until_final, scoped_socket
 
 # --- (9) a random access matrix ---------------------------------------------------------
 

@@ -13,7 +13,7 @@ from websockets.exceptions import InvalidStatus
 
 from answers.models import Question
 from tests.helpers import assert_json_error, bearer_headers
-from tests.security.support import live_receive_until_final, live_socket, session_cookie
+from tests.sockets import live_receive_until_final, live_socket, session_cookie
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

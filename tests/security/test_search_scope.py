@@ -19,8 +19,7 @@ from django.test import Client
 from answers import selectors, services
 from answers.models import Document, RetrievedSource
 from answers.registry import get_search_backend
-from tests.helpers import api_post
-from tests.security.support import bearer
+from tests.helpers import api_post, bearer
 
 pytestmark = pytest.mark.django_db
 

@@ -23,8 +23,7 @@ from answers import pipeline
 from answers.conf import answers_settings
 from answers.models import Answer, Feedback, Question
 from tests.corpus import RESTRICTED
-from tests.helpers import api_get, api_post, ask, assert_json_error, fail_retrieval
-from tests.security.support import bearer
+from tests.helpers import api_get, api_post, ask, assert_json_error, bearer, fail_retrieval
 from tests.sockets import (
     ORIGIN,
     ask_on,

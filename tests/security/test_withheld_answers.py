@@ -19,7 +19,7 @@ from answers import pipeline, services
 from answers.models import Answer
 from tests.helpers import ask
 from tests.llm_server import serving
-from tests.security.support import receive_until_final, scoped_socket
+from tests.sockets import receive_until_final, scoped_socket
 from tests.test_sse import SSE, iter_events
 
 QUESTION = "Where does the Nightjar zeppelin launch from?"
