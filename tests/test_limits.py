@@ -3,11 +3,11 @@ from __future__ import annotations
 import pytest
 from asgiref.sync import async_to_sync
 
-from answers import pipeline, services
+from answers import pipeline
 from answers.citations import iter_markers
 from answers.models import Answer, Question
 from tests.corpus import RESTRICTED
-from tests.helpers import api_post, ask, assert_json_error
+from tests.helpers import api_post, ask, assert_json_error, bearer_headers
 
 pytestmark = pytest.mark.django_db
 
@@ -99,7 +99,7 @@ def minute_capped_server(_minute_capped_server_process, corpus):  # type: ignore
 
 
 def _token(user) -> str:  # type: ignore[no-untyped-def]
-    return f"Bearer {services.api_token_create(user=user, name='parallel')[1]}"
+    return bearer_headers(user, name="parallel")["Authorization"]
 
 
 def _in_parallel(count: int, ask) -> list:  # type: ignore[no-untyped-def]

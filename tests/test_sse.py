@@ -12,7 +12,6 @@ from typing import Any
 import httpx
 import pytest
 
-from answers import services
 from answers.citations import cited_numbers, iter_markers
 from answers.models import Answer
 from tests.helpers import assert_json_error, bearer_headers
@@ -64,8 +63,7 @@ def client(daphne_live_server) -> Iterator[httpx.Client]:  # type: ignore[no-unt
 
 @pytest.fixture
 def auth(asker) -> dict[str, str]:  # type: ignore[no-untyped-def]
-    _, raw = services.api_token_create(user=asker, name="t")
-    return {"Authorization": f"Bearer {raw}"}
+    return bearer_headers(asker, name="t")
 
 
 def ask_streaming(
