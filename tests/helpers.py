@@ -18,6 +18,11 @@ def ask(**kwargs: Any) -> Any:
     return async_to_sync(pipeline.answer_question)(**kwargs)
 
 
+def start(**kwargs: Any) -> Any:
+    """``pipeline.start_answer`` from sync code: the run, its answer still streaming."""
+    return async_to_sync(pipeline.start_answer)(**kwargs)
+
+
 def bearer_token(user: Any, *, name: str = "test") -> str:
     """A fresh API token of ``user``, raw (as a service would hold it)."""
     return services.api_token_create(user=user, name=name)[1]

@@ -5,7 +5,6 @@ import re
 import uuid
 
 import pytest
-from asgiref.sync import async_to_sync
 from django.test import Client
 
 from answers import pipeline, services
@@ -13,7 +12,7 @@ from answers.citations import iter_markers
 from answers.conf import answers_settings
 from answers.models import Answer, Document, Feedback, Question
 from answers.pipeline import GENERIC_ERROR
-from tests.helpers import api_get, api_post, assert_json_error, bearer
+from tests.helpers import api_get, api_post, assert_json_error, bearer, start
 
 pytestmark = pytest.mark.django_db
 
@@ -211,7 +210,7 @@ def test_feedback_validation_and_auth(client, asker, scripted):
 
 
 def test_feedback_on_an_answer_still_streaming_is_409(client, asker, scripted):
-    run = async_to_sync(pipeline.start_answer)(user=asker, question=LAMBDA)
+    run = start(user=asker, question=LAMBDA)
     assert run.answer.status == Answer.Status.STREAMING
     response = api_post(
         client, f"/api/answers/{run.answer.pk}/feedback", {"rating": "up"}, **bearer(asker)
@@ -558,7 +557,7 @@ def test_docs_page_is_html(client):
 
 
 def test_every_domain_refusal_has_its_http_status_in_the_one_table():
-    from answers import api, pipeline, services
+    from answers import api, services
 
     def subclasses(cls):  # type: ignore[no-untyped-def]
         for sub in cls.__subclasses__():

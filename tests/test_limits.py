@@ -1,17 +1,13 @@
 from __future__ import annotations
 
 import pytest
-from asgiref.sync import async_to_sync
 
-from answers import pipeline
 from answers.citations import iter_markers
 from answers.models import Answer, Question
 from tests.corpus import RESTRICTED
-from tests.helpers import api_post, ask, assert_json_error, bearer_headers
+from tests.helpers import api_post, ask, assert_json_error, bearer_headers, start
 
 pytestmark = pytest.mark.django_db
-
-start = async_to_sync(pipeline.start_answer)
 
 
 def test_concurrent_streams_per_user_are_capped(asker, other_asker, scripted, settings, client):

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 
 import pytest
-from asgiref.sync import async_to_sync
 from bs4 import BeautifulSoup
 from django.urls import reverse
 from hypothesis import HealthCheck, given
@@ -21,7 +20,7 @@ from answers import pipeline, presenters, services
 from answers.models import Answer
 from answers.panels import FINAL, PROVISIONAL, render_sources_panel
 from answers.rendering import render_answer_html, sanitize_html
-from tests.helpers import api_get, api_post, ask
+from tests.helpers import api_get, api_post, ask, start
 from tests.security.inert import (
     assert_inert,
     assert_page_has_no_injected_script,
@@ -235,7 +234,7 @@ def test_hostile_document_fields_are_inert_in_the_sources_panel(asker, hostile_a
     answer = Answer.objects.get(pk=body["answer_id"])
 
     payload = presenters.answer_payload(answer=answer, user=asker)
-    run = async_to_sync(pipeline.start_answer)(user=asker, question="zeppelin quokka")
+    run = start(user=asker, question="zeppelin quokka")
     for references, state in ((payload.references, FINAL), (run.references(), PROVISIONAL)):
         assert [r.document_id for r in references] == [document.pk]
         html = render_sources_panel(references=references, answer_id=answer.pk, state=state)

@@ -12,7 +12,7 @@ import re
 import secrets
 
 import pytest
-from asgiref.sync import async_to_sync, sync_to_async
+from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 from django.contrib.auth.models import Group, Permission, User
 from django.core.management import call_command
@@ -23,7 +23,7 @@ from answers import pipeline
 from answers.conf import answers_settings
 from answers.models import Answer, Feedback, Question
 from tests.corpus import RESTRICTED
-from tests.helpers import api_get, api_post, ask, assert_json_error, bearer, fail_retrieval
+from tests.helpers import api_get, api_post, ask, assert_json_error, bearer, fail_retrieval, start
 from tests.sockets import (
     ORIGIN,
     ask_on,
@@ -299,7 +299,7 @@ def test_an_over_long_question_is_refused_before_retrieval(
     assert Question.objects.count() == before
     # The control: the tripwire is on the path a question of allowed length takes.
     with pytest.raises(RuntimeError):
-        async_to_sync(pipeline.start_answer)(user=asker, question="lambda " * (limit // 8))
+        start(user=asker, question="lambda " * (limit // 8))
     assert retrieval_tripwire.calls == 1
 
 
