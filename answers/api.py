@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import typing
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
@@ -13,10 +15,12 @@ from asgiref.sync import sync_to_async
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from ninja import Field, NinjaAPI, Path, Query, Schema, Status
+from pydantic import create_model
 
 from . import pipeline, presenters, selectors, services, streams
 from .auth import api_auth
 from .models import Answer
+from .types import AnswerPayload, Reference
 
 api = NinjaAPI(
     title="Cited Answers",
@@ -37,26 +41,32 @@ class AskIn(Schema):
     conversation_id: uuid.UUID | None = None
 
 
-class ReferenceOut(Schema):
-    index: int
-    document_id: int
-    title: str
-    url: str
-    score: float
-    excerpt: str
-    anchor: str = Field("", description="The element id of this entry in the page's Sources panel")
-    available: bool = True
+def _schema_of(name: str, data: type, **fields: tuple[Any, Any]) -> type[Schema]:
+    """The schema of the plain type ``data`` (a dataclass of ``answers.types``): its fields
+    in its order, with its types and defaults; ``fields`` gives some another (type,
+    default). The body is the type's ``to_dict()``, so the two cannot drift apart."""
+    hints = typing.get_type_hints(data)
+    spec: dict[str, Any] = {
+        field.name: fields.get(
+            field.name,
+            (hints[field.name], ... if field.default is dataclasses.MISSING else field.default),
+        )
+        for field in dataclasses.fields(data)
+    }
+    schema: type[Schema] = create_model(name, __base__=Schema, **spec)
+    return schema
 
 
-class AnswerOut(Schema):
-    answer_id: int
-    conversation_id: str
-    turn: int
-    status: str
-    text: str
-    html: str
-    references: list[ReferenceOut]
-    withheld: bool = False
+ReferenceOut = _schema_of(
+    "ReferenceOut",
+    Reference,
+    anchor=(str, Field("", description="The element id of this entry in the page's Sources panel")),
+)
+AnswerOut = _schema_of(
+    "AnswerOut",
+    AnswerPayload,
+    references=(list[ReferenceOut], ...),  # type: ignore[valid-type]
+)
 
 
 class AnswerSummaryOut(Schema):

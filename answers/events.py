@@ -16,15 +16,24 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from .types import AnswerPayload, Reference
+from .types import AnswerPayload, PlainData, Reference
 
 
 class EventFormatError(ValueError):
     """A dict that is not an event of this vocabulary (unknown type, missing field)."""
 
 
+class _PlainEvent(PlainData):
+    """An event of plain fields: its dict is its fields after its ``type``."""
+
+    type: ClassVar[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": self.type, **super().to_dict()}
+
+
 @dataclass(frozen=True)
-class ReferencesEvent:
+class ReferencesEvent(_PlainEvent):
     """Every source the answer is written from, in prompt numbering (the first event)."""
 
     answer_id: int
@@ -36,54 +45,22 @@ class ReferencesEvent:
     def __post_init__(self) -> None:
         object.__setattr__(self, "references", tuple(self.references))
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "type": self.type,
-            "answer_id": self.answer_id,
-            "conversation_id": self.conversation_id,
-            "turn": self.turn,
-            "references": [reference.to_dict() for reference in self.references],
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> ReferencesEvent:
-        return cls(
-            answer_id=int(data["answer_id"]),
-            conversation_id=str(data["conversation_id"]),
-            turn=int(data["turn"]),
-            references=tuple(Reference.from_dict(item) for item in data["references"]),
-        )
-
 
 @dataclass(frozen=True)
-class TokenEvent:
+class TokenEvent(_PlainEvent):
     """Text to append to the answer as it is being written (already stripped)."""
 
     text: str
     type: ClassVar[str] = "token"
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"type": self.type, "text": self.text}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> TokenEvent:
-        return cls(text=str(data["text"]))
-
 
 @dataclass(frozen=True)
-class CitationEvent:
+class CitationEvent(_PlainEvent):
     """The streamed text cites source ``number`` (prompt numbering) for the first time."""
 
     number: int
     document_id: int
     type: ClassVar[str] = "citation"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"type": self.type, "number": self.number, "document_id": self.document_id}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> CitationEvent:
-        return cls(number=int(data["number"]), document_id=int(data["document_id"]))
 
 
 @dataclass(frozen=True)
@@ -113,32 +90,14 @@ class DoneEvent:
 
 
 @dataclass(frozen=True)
-class ErrorEvent:
+class ErrorEvent(_PlainEvent):
     """The answer could not be given (or a transport refused a message): ``message`` is
     for the reader; ``code`` for programs."""
 
     message: str
-    answer_id: int | None = None
     code: str | None = None
+    answer_id: int | None = None
     type: ClassVar[str] = "error"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "type": self.type,
-            "message": self.message,
-            "code": self.code,
-            "answer_id": self.answer_id,
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> ErrorEvent:
-        answer_id = data.get("answer_id")
-        code = data.get("code")
-        return cls(
-            message=str(data["message"]),
-            answer_id=None if answer_id is None else int(answer_id),
-            code=None if code is None else str(code),
-        )
 
 
 Event = ReferencesEvent | TokenEvent | CitationEvent | DoneEvent | ErrorEvent

@@ -631,6 +631,24 @@ def _open_zip_document(kind: str, opener: Callable[[io.BytesIO], _T]) -> Callabl
     return open_document
 
 
+def _table_lines(rows: Iterable[Any]) -> list[str]:
+    """A table's rows as lines of text: each cell's white space folded, empty cells left
+    out, the others joined by " | "."""
+    lines = []
+    for row in rows:
+        cells = [" ".join(cell.text.split()) for cell in row.cells]
+        lines.append(" | ".join(cell for cell in cells if cell))
+    return lines
+
+
+def _office_body(kind: str, blocks: Iterable[str]) -> str:
+    """An Office document's body from its blocks of text (empty ones left out)."""
+    body = _normalize_body(_sanitize("\n\n".join(block for block in blocks if block)))
+    if not body.strip():
+        raise ExtractionError(f"{kind} file has no text")
+    return body
+
+
 def _extract_docx(data: bytes) -> tuple[str | None, str]:
     import docx
     from docx.table import Table
@@ -648,13 +666,8 @@ def _extract_docx(data: bytes) -> tuple[str | None, str]:
                 first_heading = text
             blocks.append(text)
         elif isinstance(item, Table):
-            for row in item.rows:
-                cells = [" ".join(cell.text.split()) for cell in row.cells]
-                blocks.append(" | ".join(cell for cell in cells if cell))
-    body = _normalize_body(_sanitize("\n\n".join(block for block in blocks if block)))
-    if not body.strip():
-        raise ExtractionError(".docx file has no text")
-    return title or first_heading, body
+            blocks.extend(_table_lines(item.rows))
+    return title or first_heading, _office_body(".docx", blocks)
 
 
 def _extract_pptx(data: bytes) -> tuple[str | None, str]:
@@ -672,13 +685,8 @@ def _extract_pptx(data: bytes) -> tuple[str | None, str]:
             if shape.has_text_frame:
                 blocks.append(shape.text_frame.text.strip())
             elif getattr(shape, "has_table", False):
-                for row in shape.table.rows:
-                    cells = [" ".join(cell.text.split()) for cell in row.cells]
-                    blocks.append(" | ".join(cell for cell in cells if cell))
-    body = _normalize_body(_sanitize("\n\n".join(block for block in blocks if block)))
-    if not body.strip():
-        raise ExtractionError(".pptx file has no text")
-    return title or first_slide_title, body
+                blocks.extend(_table_lines(shape.table.rows))
+    return title or first_slide_title, _office_body(".pptx", blocks)
 
 
 def _extract_xlsx(data: bytes) -> tuple[str | None, str]:
@@ -701,10 +709,7 @@ def _extract_xlsx(data: bytes) -> tuple[str | None, str]:
                 blocks.append(sheet.title + "\n" + "\n".join(rows))
     finally:
         workbook.close()
-    body = _normalize_body(_sanitize("\n\n".join(blocks)))
-    if not body.strip():
-        raise ExtractionError(".xlsx file has no text")
-    return title, body
+    return title, _office_body(".xlsx", blocks)
 
 
 # ---------------------------------------------------------------------- chunking

@@ -2,11 +2,79 @@
 
 from __future__ import annotations
 
+import dataclasses
+import types
+import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Self
 
 from .prompt import PromptSource
+
+
+class PlainData:
+    """``to_dict`` and ``from_dict`` of a dataclass of plain fields, derived from its fields.
+
+    ``to_dict`` writes the fields in their order (a nested ``PlainData`` as its dict, a
+    tuple as a list); ``from_dict`` reads each as its declared type (``int``, ``str``,
+    ``float``, ``bool``, ``X | None``, ``tuple[X, ...]``, another ``PlainData``), ignores
+    other keys, and gives a missing field its default (``KeyError`` if it has none). The
+    field types are read at run time (``typing.get_type_hints``), so the names they use
+    must be imported at run time in the class's module, not only when type checking."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {name: _plain(getattr(self, name)) for name, _, _ in _fields(type(self))}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Self:
+        values = {}
+        for name, kind, required in _fields(cls):
+            if name in data:
+                values[name] = _read(kind, data[name])
+            elif required:
+                raise KeyError(name)
+        return cls(**values)
+
+
+_FIELDS: dict[type, tuple[tuple[str, Any, bool], ...]] = {}
+
+
+def _fields(cls: type) -> tuple[tuple[str, Any, bool], ...]:
+    """(name, type, required) of each field of the dataclass ``cls`` (worked out once)."""
+    found = _FIELDS.get(cls)
+    if found is None:
+        hints = typing.get_type_hints(cls)
+        found = _FIELDS[cls] = tuple(
+            (field.name, hints[field.name], _required(field)) for field in dataclasses.fields(cls)
+        )
+    return found
+
+
+def _required(field: dataclasses.Field[Any]) -> bool:
+    return field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, PlainData):
+        return value.to_dict()
+    if isinstance(value, tuple):
+        return [_plain(item) for item in value]
+    return value
+
+
+def _read(kind: Any, value: Any) -> Any:
+    origin = typing.get_origin(kind)
+    if origin in (types.UnionType, typing.Union):
+        if value is None:
+            return None
+        (kind,) = [arg for arg in typing.get_args(kind) if arg is not type(None)]
+        return _read(kind, value)
+    if origin is tuple:
+        (item, _) = typing.get_args(kind)  # tuple[X, ...]
+        return tuple(_read(item, element) for element in value)
+    if isinstance(kind, type) and issubclass(kind, PlainData):
+        return kind.from_dict(value)
+    return kind(value)
 
 
 @dataclass
@@ -29,7 +97,7 @@ class Candidate:
 
 
 @dataclass(frozen=True)
-class Reference:
+class Reference(PlainData):
     """A numbered source as clients see it."""
 
     index: int
@@ -52,35 +120,9 @@ class Reference:
         the Sources panel also links the copy in the corpus."""
         return self.url.startswith(("http://", "https://"))
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "index": self.index,
-            "document_id": self.document_id,
-            "title": self.title,
-            "url": self.url,
-            "score": self.score,
-            "excerpt": self.excerpt,
-            "anchor": self.anchor,
-            "available": self.available,
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Reference:
-        """Back from ``to_dict()`` (a stream event read from the log or a message)."""
-        return cls(
-            index=int(data["index"]),
-            document_id=int(data["document_id"]),
-            title=str(data["title"]),
-            url=str(data["url"]),
-            score=float(data["score"]),
-            excerpt=str(data["excerpt"]),
-            anchor=str(data.get("anchor", "")),
-            available=bool(data.get("available", True)),
-        )
-
 
 @dataclass(frozen=True)
-class AnswerPayload:
+class AnswerPayload(PlainData):
     """The body of a JSON answer and of the stream's ``done`` event."""
 
     answer_id: int
@@ -96,31 +138,6 @@ class AnswerPayload:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "references", tuple(self.references))
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "answer_id": self.answer_id,
-            "conversation_id": self.conversation_id,
-            "turn": self.turn,
-            "status": self.status,
-            "text": self.text,
-            "html": self.html,
-            "references": [reference.to_dict() for reference in self.references],
-            "withheld": self.withheld,
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> AnswerPayload:
-        return cls(
-            answer_id=int(data["answer_id"]),
-            conversation_id=str(data["conversation_id"]),
-            turn=int(data["turn"]),
-            status=str(data["status"]),
-            text=str(data["text"]),
-            html=str(data["html"]),
-            references=tuple(Reference.from_dict(item) for item in data["references"]),
-            withheld=bool(data.get("withheld", False)),
-        )
 
 
 @dataclass(frozen=True)

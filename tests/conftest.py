@@ -132,11 +132,7 @@ def daphne_live_server(_daphne_live_server_process, corpus):  # type: ignore[no-
     Transactional (via ``corpus``): create users in the test, they are committed. What
     the server logged during the test is printed at teardown (shown if the test fails).
     """
-    server = _daphne_live_server_process
-    server.check_alive()
-    start = server.log_size()
-    yield server
-    print(f"--- live server log ({server.url}) ---\n{server.log_since(start)}")
+    yield from _for_one_test(_daphne_live_server_process, "live server log")
 
 
 @pytest.fixture(scope="session")
@@ -152,11 +148,16 @@ def _slow_live_server_process(django_db_setup):  # type: ignore[no-untyped-def]
 def slow_live_server(_slow_live_server_process, corpus):  # type: ignore[no-untyped-def]
     """Like ``daphne_live_server``, with answers slow enough (several seconds) to drop,
     reload or open a second tab while one is still being written."""
-    server = _slow_live_server_process
+    yield from _for_one_test(_slow_live_server_process, "slow live server log")
+
+
+def _for_one_test(server, label: str):  # type: ignore[no-untyped-def]
+    """A live server's fixture body: the session's ``server``, checked alive; what it
+    logged during the test is printed under ``label`` at teardown."""
     server.check_alive()
     start = server.log_size()
     yield server
-    print(f"--- slow live server log ({server.url}) ---\n{server.log_since(start)}")
+    print(f"--- {label} ({server.url}) ---\n{server.log_since(start)}")
 
 
 @pytest.fixture(scope="session")

@@ -2,18 +2,25 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from asgiref.sync import async_to_sync
 
 from answers import pipeline, services
+from answers.search.base import SearchHit
 
 
 def ask(**kwargs: Any) -> Any:
     """The whole pipeline from sync code: ``ask(user=..., question=...)`` gives the payload
     (looked up at each call, so a test may patch ``pipeline.answer_question``)."""
     return async_to_sync(pipeline.answer_question)(**kwargs)
+
+
+def start(**kwargs: Any) -> Any:
+    """``pipeline.start_answer`` from sync code: the run, its answer still streaming."""
+    return async_to_sync(pipeline.start_answer)(**kwargs)
 
 
 def bearer_token(user: Any, *, name: str = "test") -> str:
@@ -31,6 +38,43 @@ def bearer_headers(user: Any, *, name: str = "test") -> dict[str, str]:
     return {"Authorization": f"Bearer {bearer_token(user, name=name)}"}
 
 
+# --- JSON API calls (Zulip's ``api_post``/``api_get``/``assert_json_error``) -----------------
+
+
+def api_post(client: Any, path: str, body: object, *, user: Any = None, **extra: Any) -> Any:
+    """POST ``body`` as JSON (a ``str`` or ``bytes`` is sent as it is) with a test client
+    (``Client`` or ``AsyncClient``: await the result); ``user``: with a fresh bearer token
+    of that user; ``extra``: the client's keywords (``HTTP_ACCEPT=...``, ``headers=...``)."""
+    if user is not None:
+        extra = {**bearer(user), **extra}
+    data = body if isinstance(body, (str, bytes)) else json.dumps(body)
+    return client.post(path, data=data, content_type="application/json", **extra)
+
+
+def api_get(client: Any, path: str, *, user: Any = None, **extra: Any) -> Any:
+    """GET ``path``; ``user`` and ``extra`` as for ``api_post``."""
+    if user is not None:
+        extra = {**bearer(user), **extra}
+    return client.get(path, **extra)
+
+
+def assert_json_error(
+    response: Any, status: int | tuple[int, ...], code: str | None = None
+) -> dict[str, Any]:
+    """``response`` is one of the API's JSON errors (``ErrorOut``: ``detail`` and ``code``)
+    with ``status`` (or one of them) and, if given, ``code``: its body.
+
+    For a test client's response and for an ``httpx`` one alike."""
+    statuses = status if isinstance(status, tuple) else (status,)
+    assert response.status_code in statuses, response.content
+    assert response.headers["Content-Type"].startswith("application/json")
+    body: dict[str, Any] = response.json()
+    assert "detail" in body, body
+    if code is not None:
+        assert body.get("code") == code, body
+    return body
+
+
 def write(path: Path, data: bytes | str) -> Path:
     """``data`` written to ``path``, folders created (text as UTF-8)."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -39,3 +83,28 @@ def write(path: Path, data: bytes | str) -> Path:
     else:
         path.write_bytes(data)
     return path
+
+
+# --- the fault seam ---------------------------------------------------------------------
+
+
+class FailingSearch:
+    """A search backend that fails at every search and counts the attempts (``calls``)."""
+
+    name = "failing"
+    calls: ClassVar[int] = 0
+    error: ClassVar[Exception] = RuntimeError("retrieval must not run for this request")
+
+    def search(self, query: str, *, limit: int, documents: Any = None) -> list[SearchHit]:
+        type(self).calls += 1
+        raise type(self).error
+
+
+def fail_retrieval(settings: Any, error: Exception | None = None) -> type[FailingSearch]:
+    """Every retrieval from now on fails (with ``error``): the one seam is the configured
+    search backend, which every way into retrieval goes through (``answers.registry``).
+    Give ``pytest-django``'s ``settings``; the class returned counts the attempts."""
+    FailingSearch.calls = 0
+    FailingSearch.error = error or RuntimeError("retrieval must not run for this request")
+    settings.ANSWERS = {**settings.ANSWERS, "SEARCH_BACKEND": "tests.helpers.FailingSearch"}
+    return FailingSearch

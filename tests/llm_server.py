@@ -12,6 +12,8 @@ import json
 import socket
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -47,6 +49,28 @@ def _quoted_sources(request: dict[str, Any]) -> list[str]:
         for line in content.split("\n")
         if line and not line.startswith(("-----", "Title:", "Sources:", "Question:"))
     ]
+
+
+@contextmanager
+def serving(settings: Any, *behaviours: dict[str, Any], **answers: Any) -> Iterator[FakeLLM]:
+    """A running ``FakeLLM`` that the ``openai`` provider is set to use (``settings``:
+    pytest-django's fixture), with ``behaviours`` as its queue if given and ``answers`` as
+    further ``ANSWERS`` settings; closed at the end."""
+    server = FakeLLM()
+    if behaviours:
+        server.behaviours = list(behaviours)
+    settings.ANSWERS = {
+        **settings.ANSWERS,
+        "PROVIDER": "openai",
+        "MODEL": "local-test",
+        "OPENAI_BASE_URL": server.base_url,
+        "OPENAI_API_KEY": "test-key",
+        **answers,
+    }
+    try:
+        yield server
+    finally:
+        server.close()
 
 
 class FakeLLM:

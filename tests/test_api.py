@@ -5,7 +5,6 @@ import re
 import uuid
 
 import pytest
-from asgiref.sync import async_to_sync
 from django.test import Client
 
 from answers import pipeline, services
@@ -13,7 +12,7 @@ from answers.citations import iter_markers
 from answers.conf import answers_settings
 from answers.models import Answer, Document, Feedback, Question
 from answers.pipeline import GENERIC_ERROR
-from tests.helpers import bearer
+from tests.helpers import api_get, api_post, assert_json_error, bearer, start
 
 pytestmark = pytest.mark.django_db
 
@@ -27,27 +26,14 @@ ANSWER_KEYS = {
 REFERENCE_KEYS = {"index", "document_id", "title", "url", "score", "excerpt", "anchor", "available"}
 
 
-def post(client: Client, path: str, body: object, **headers: str):  # type: ignore[no-untyped-def]
-    return client.post(path, data=json.dumps(body), content_type="application/json", **headers)
-
-
 def ask(client: Client, headers: dict[str, str], question: str, **extra: object):  # type: ignore[no-untyped-def]
-    return post(client, "/api/answers", {"question": question, **extra}, **headers)
+    return api_post(client, "/api/answers", {"question": question, **extra}, **headers)
 
 
 def restricted_ids() -> set[int]:
     return set(
         Document.objects.filter(source_key__startswith="vault:").values_list("pk", flat=True)
     )
-
-
-def assert_json_error(response, status: int | tuple[int, ...]) -> dict:  # type: ignore[no-untyped-def]
-    statuses = status if isinstance(status, tuple) else (status,)
-    assert response.status_code in statuses, response.content
-    assert response["Content-Type"].startswith("application/json")
-    body = response.json()
-    assert "detail" in body
-    return body
 
 
 # --- Bearer auth and the answer body ---------------------------------------------------
@@ -174,18 +160,18 @@ def test_feedback_is_stored_and_replaced(client, asker, scripted):
     answer_id = ask(client, headers, LAMBDA).json()["answer_id"]
     url = f"/api/answers/{answer_id}/feedback"
 
-    first = post(client, url, {"rating": "up", "comment": "Clear."}, **headers)
+    first = api_post(client, url, {"rating": "up", "comment": "Clear."}, **headers)
     assert first.status_code == 200, first.content
     assert first.json() == {"answer_id": answer_id, "rating": "up", "comment": "Clear."}
 
-    second = post(client, url, {"rating": "down", "comment": "Actually wrong."}, **headers)
+    second = api_post(client, url, {"rating": "down", "comment": "Actually wrong."}, **headers)
     assert second.status_code == 200, second.content
     assert second.json()["rating"] == "down"
     rows = list(Feedback.objects.filter(answer_id=answer_id))
     assert len(rows) == 1
     assert (rows[0].user, rows[0].rating, rows[0].comment) == (asker, "down", "Actually wrong.")
 
-    invalid = post(client, url, {"rating": "meh"}, **headers)
+    invalid = api_post(client, url, {"rating": "meh"}, **headers)
     assert_json_error(invalid, 422)
     assert Feedback.objects.get(answer_id=answer_id).rating == "down"
 
@@ -194,16 +180,16 @@ def test_feedback_again_without_a_comment_keeps_the_comment(client, asker, scrip
     headers = bearer(asker)
     answer_id = ask(client, headers, LAMBDA).json()["answer_id"]
     url = f"/api/answers/{answer_id}/feedback"
-    post(client, url, {"rating": "down", "comment": "Misses the default arguments."}, **headers)
+    api_post(client, url, {"rating": "down", "comment": "Misses the default arguments."}, **headers)
 
-    changed = post(client, url, {"rating": "up"}, **headers)  # a second click, no comment
+    changed = api_post(client, url, {"rating": "up"}, **headers)  # a second click, no comment
     assert changed.status_code == 200, changed.content
     assert changed.json() == {
         "answer_id": answer_id,
         "rating": "up",
         "comment": "Misses the default arguments.",
     }
-    cleared = post(client, url, {"rating": "up", "comment": ""}, **headers)
+    cleared = api_post(client, url, {"rating": "up", "comment": ""}, **headers)
     assert cleared.json()["comment"] == ""
     assert Feedback.objects.get(answer_id=answer_id).comment == ""
 
@@ -212,19 +198,21 @@ def test_feedback_validation_and_auth(client, asker, scripted):
     headers = bearer(asker)
     answer_id = ask(client, headers, LAMBDA).json()["answer_id"]
     url = f"/api/answers/{answer_id}/feedback"
-    assert_json_error(post(client, url, {"rating": "up", "comment": "x" * 4001}, **headers), 422)
-    assert_json_error(post(client, url, {"comment": "no rating"}, **headers), 422)
-    assert_json_error(post(client, url, {"rating": "up"}), 401)
+    assert_json_error(
+        api_post(client, url, {"rating": "up", "comment": "x" * 4001}, **headers), 422
+    )
+    assert_json_error(api_post(client, url, {"comment": "no rating"}, **headers), 422)
+    assert_json_error(api_post(client, url, {"rating": "up"}), 401)
     assert not Feedback.objects.filter(answer_id=answer_id).exists()
-    ok = post(client, url, {"rating": "up"}, **headers)
+    ok = api_post(client, url, {"rating": "up"}, **headers)
     assert ok.status_code == 200
     assert ok.json()["comment"] == ""
 
 
 def test_feedback_on_an_answer_still_streaming_is_409(client, asker, scripted):
-    run = async_to_sync(pipeline.start_answer)(user=asker, question=LAMBDA)
+    run = start(user=asker, question=LAMBDA)
     assert run.answer.status == Answer.Status.STREAMING
-    response = post(
+    response = api_post(
         client, f"/api/answers/{run.answer.pk}/feedback", {"rating": "up"}, **bearer(asker)
     )
     assert_json_error(response, 409)
@@ -381,9 +369,7 @@ def test_user_without_ask_permission_gets_403(client, no_ask_user, scripted):
 )
 def test_invalid_requests_are_refused_and_store_nothing(client, asker, scripted, raw_body):
     before = Question.objects.count()
-    response = client.post(
-        "/api/answers", data=raw_body, content_type="application/json", **bearer(asker)
-    )
+    response = api_post(client, "/api/answers", raw_body, user=asker)
     assert_json_error(response, (400, 422))
     assert Question.objects.count() == before
     assert scripted.prompts == []
@@ -459,7 +445,7 @@ def test_someone_elses_answer_is_404(client, asker, other_asker, scripted):
     theirs = ask(client, bearer(other_asker), LAMBDA).json()["answer_id"]
     headers = bearer(asker)
     assert_json_error(client.get(f"/api/answers/{theirs}", **headers), 404)
-    response = post(client, f"/api/answers/{theirs}/feedback", {"rating": "down"}, **headers)
+    response = api_post(client, f"/api/answers/{theirs}/feedback", {"rating": "down"}, **headers)
     assert_json_error(response, 404)
     assert not Feedback.objects.filter(answer_id=theirs).exists()
 
@@ -468,7 +454,7 @@ def test_missing_answer_is_404(client, asker):
     headers = bearer(asker)
     assert_json_error(client.get("/api/answers/999999", **headers), 404)
     assert_json_error(
-        post(client, "/api/answers/999999/feedback", {"rating": "up"}, **headers), 404
+        api_post(client, "/api/answers/999999/feedback", {"rating": "up"}, **headers), 404
     )
 
 
@@ -483,7 +469,7 @@ def test_off_topic_question_gets_the_no_answer_message(client, asker, scripted):
     assert body["text"] == answers_settings.NO_ANSWER_MESSAGE
     assert body["references"] == []
     assert scripted.prompts == []
-    fetched = client.get(f"/api/answers/{body['answer_id']}", **bearer(asker)).json()
+    fetched = api_get(client, f"/api/answers/{body['answer_id']}", user=asker).json()
     assert fetched == body
 
 
@@ -571,7 +557,7 @@ def test_docs_page_is_html(client):
 
 
 def test_every_domain_refusal_has_its_http_status_in_the_one_table():
-    from answers import api, pipeline, services
+    from answers import api, services
 
     def subclasses(cls):  # type: ignore[no-untyped-def]
         for sub in cls.__subclasses__():

@@ -47,167 +47,209 @@ def run(text: str, count: int) -> tuple[str, FinalizedCitations[str]]:
 # Examples
 # --------------------------------------------------------------------------------------
 
-# (text, source count, expected stripped text, expected final text, expected sources);
-# expected sources ``None`` means the fallback: every source kept, final text == stripped.
-EXAMPLES = [
-    # Renumbering in first-citation order (the ADR's own example).
-    ("[1][3]", 3, "[1][3]", "[1][2]", ["s1", "s3"]),
-    ("A [1]. B [3].", 3, "A [1]. B [3].", "A [1]. B [2].", ["s1", "s3"]),
-    ("[2] first, then [1].", 2, "[2] first, then [1].", "[1] first, then [2].", ["s2", "s1"]),
-    ("[3] [1] [3] [2]", 3, "[3] [1] [3] [2]", "[1] [2] [3]", ["s3", "s1", "s2"]),
-    # Uncited sources are dropped.
-    ("Only [2] here.", 4, "Only [2] here.", "Only [1] here.", ["s2"]),
-    # Citing nothing: the fallback keeps text and sources.
-    ("No citations here.", 3, "No citations here.", "No citations here.", None),
-    ("", 2, "", "", None),
-    ("Nothing.", 0, "Nothing.", "Nothing.", None),
-    # Duplicates in one cluster collapse; the same number elsewhere stays.
-    ("[2][2]", 3, "[2][2]", "[1]", ["s2"]),
-    ("[2] [2]", 3, "[2] [2]", "[1]", ["s2"]),
-    ("[2]\t[2].", 3, "[2]\t[2].", "[1].", ["s2"]),
-    ("Fact [2][2] and [2].", 3, "Fact [2][2] and [2].", "Fact [1] and [1].", ["s2"]),
-    ("[1]\n[1]", 1, "[1]\n[1]", "[1]\n[1]", ["s1"]),
-    ("[3][1, 3]", 3, "[3][1, 3]", "[1][2]", ["s3", "s1"]),
-    ("[1, 1]", 1, "[1, 1]", "[1]", ["s1"]),
-    ("[1][9][1]", 3, "[1][1]", "[1]", ["s1"]),
-    ("[1] [9] [1]", 3, "[1] [1]", "[1]", ["s1"]),
-    # Groups: out-of-range numbers leave the group; canonical spelling after finalize.
-    ("[1, 9]", 3, "[1]", "[1]", ["s1"]),
-    ("[9, 2, 0]", 3, "[2]", "[1]", ["s2"]),
-    ("[1,3]", 3, "[1,3]", "[1, 2]", ["s1", "s3"]),
-    ("[ 2 , 1 ]", 2, "[ 2 , 1 ]", "[1, 2]", ["s2", "s1"]),
-    ("[ 1 ]", 1, "[ 1 ]", "[1]", ["s1"]),
-    # A dropped marker takes the spaces and tabs before it, never a newline.
-    ("see [9].", 3, "see.", "see.", None),
-    ("see [9]. And [2].", 3, "see. And [2].", "see. And [1].", ["s2"]),
-    # Respelling never turns text into a link: a space that kept "(...)" from being a
-    # destination stays (found by the oracle test).
-    ("[2]([ 2 ]`[1]`)", 2, "[2]([ 2 ]`[1]`)", "[1]([ 1 ]`[1]`)", ["s2"]),
-    ("[x]([1, 9])", 1, "[x]([ 1 ])", "[x]([ 1 ])", ["s1"]),
-    ("[x](\n[ 2 ])", 2, "[x](\n[ 2 ])", "[x](\n[ 1 ])", ["s2"]),
-    ("[x](a [9])", 1, "[x](a \u200b)", "[x](a \u200b)", None),
-    # Adjacent dropped markers are one run: judged by what follows the whole run.
-    ("see [8][9].", 3, "see.", "see.", None),
-    ("`[1]`[8][9]`", 3, "`[1]`\u200b`", "`[1]`\u200b`", None),
-    ("Tabs \t[0] end", 3, "Tabs end", "Tabs end", None),
-    ("[0] x [1]", 1, " x [1]", " x [1]", ["s1"]),
-    ("line\n[9] next [1]", 1, "line\n next [1]", "line\n next [1]", ["s1"]),
-    ("Any [1] [4] [0].", 3, "Any [1].", "Any [1].", ["s1"]),
-    ("[1] [2] [1]", 2, "[1] [2] [1]", "[1] [2]", ["s1", "s2"]),
-    # Code is never read or rewritten.
-    ("`a[1]` [2]", 2, "`a[1]` [2]", "`a[1]` [1]", ["s2"]),
-    ("`a[9]`", 2, "`a[9]`", "`a[9]`", None),
-    ("``a`[1]`` [2]", 2, "``a`[1]`` [2]", "``a`[1]`` [1]", ["s2"]),
-    ("`` `[3]` `` [2]", 3, "`` `[3]` `` [2]", "`` `[3]` `` [1]", ["s2"]),
-    ("```\nx = a[1]\n```\n[2]", 2, "```\nx = a[1]\n```\n[2]", "```\nx = a[1]\n```\n[1]", ["s2"]),
-    (
-        "~~~python\n[9] [1]\n\n~~~\nSee [2].",
-        2,
-        "~~~python\n[9] [1]\n\n~~~\nSee [2].",
-        "~~~python\n[9] [1]\n\n~~~\nSee [1].",
-        ["s2"],
-    ),
-    ("````\n```\n[1]\n```\n````\n[2]", 2, None, "````\n```\n[1]\n```\n````\n[1]", ["s2"]),
-    ("```\n[1] never closed", 1, None, "```\n[1] never closed", None),
-    ("Prose\n   ```js\n[0]\n   ```\n[1]", 1, None, "Prose\n   ```js\n[0]\n   ```\n[1]", ["s1"]),
-    # A code span cannot cross a blank line, so this [1] is prose.
-    ("`a\n\n[1]` b", 1, "`a\n\n[1]` b", "`a\n\n[1]` b", ["s1"]),
-    # Unbalanced backtick runs are literal text, so the marker between them is prose.
-    ("``[2]` x", 2, "``[2]` x", "``[1]` x", ["s2"]),
-    ("a `[2]`` b [1]", 2, "a `[2]`` b [1]", "a `[1]`` b [2]", ["s2", "s1"]),
-    # Links, images, footnotes, escapes, autolinks and reference definitions are not markers.
-    ("[x](http://x) [1]", 1, None, "[x](http://x) [1]", ["s1"]),
-    ("[1](http://x) and [2]", 2, None, "[1](http://x) and [1]", ["s2"]),
-    ("[see [1]](http://x) [2]", 2, None, "[see [1]](http://x) [1]", ["s2"]),
-    ("![1](http://x/i.png) [2]", 2, None, "![1](http://x/i.png) [1]", ["s2"]),
-    ("Note[^1] and [2]", 2, None, "Note[^1] and [1]", ["s2"]),
-    ("\\[1] and [2]", 2, None, "\\[1] and [1]", ["s2"]),
-    ("\\[9]", 2, "\\[9]", "\\[9]", None),
-    ("<http://x/[1]> [2]", 2, None, "<http://x/[1]> [1]", ["s2"]),
-    # Reference definitions are off (ADR 0004): "[1]: ..." is prose, so [1] is a marker.
-    ("[1]: http://x\n[2]", 2, None, "[1]: http://x\n[2]", ["s1", "s2"]),
-    # ... but a marker right after a link is a citation, and so is one after "\\".
-    ("[x](http://u)[2]", 2, None, "[x](http://u)[1]", ["s2"]),
-    ("[x](http://u)[9]", 2, "[x](http://u)", "[x](http://u)", None),
-    ("\\\\[2]", 2, None, "\\\\[1]", ["s2"]),
-    ("[^1][2]", 2, None, "[^1][1]", ["s2"]),
-    # At most three digits make a marker: "[2025]" is a year, and is left alone.
-    ("[12345] [1]", 3, "[12345] [1]", "[12345] [1]", ["s1"]),
-    ("[12345]", 3, "[12345]", "[12345]", None),
-    ("[1, 12345]", 3, "[1, 12345]", "[1, 12345]", None),
-    ("[1234]", 3, "[1234]", "[1234]", None),
-    ("[002]", 3, "[002]", "[1]", ["s2"]),
-    ("In [2025], finding [1]", 1, None, "In [2025], finding [1]", ["s1"]),
-    # Not markers at all.
-    ("[1\n]", 1, "[1\n]", "[1\n]", None),
-    ("[a] [1 2] [1,] [-1]", 1, None, "[a] [1 2] [1,] [-1]", None),
+# Rule: (text, source count, expected stripped text, expected final text, expected sources);
+# stripped ``None``: the text unchanged; expected sources ``None`` means the fallback: every
+# source kept, final text == stripped.
+EXAMPLES: dict[str, list[tuple[str, int, str | None, str, list[str] | None]]] = {
+    "Renumbering in first-citation order (the ADR's own example).": [
+        ("[1][3]", 3, "[1][3]", "[1][2]", ["s1", "s3"]),
+        ("A [1]. B [3].", 3, "A [1]. B [3].", "A [1]. B [2].", ["s1", "s3"]),
+        ("[2] first, then [1].", 2, "[2] first, then [1].", "[1] first, then [2].", ["s2", "s1"]),
+        ("[3] [1] [3] [2]", 3, "[3] [1] [3] [2]", "[1] [2] [3]", ["s3", "s1", "s2"]),
+    ],
+    "Uncited sources are dropped.": [
+        ("Only [2] here.", 4, "Only [2] here.", "Only [1] here.", ["s2"]),
+    ],
+    "Citing nothing: the fallback keeps text and sources.": [
+        ("No citations here.", 3, "No citations here.", "No citations here.", None),
+        ("", 2, "", "", None),
+        ("Nothing.", 0, "Nothing.", "Nothing.", None),
+    ],
+    "Duplicates in one cluster collapse; the same number elsewhere stays.": [
+        ("[2][2]", 3, "[2][2]", "[1]", ["s2"]),
+        ("[2] [2]", 3, "[2] [2]", "[1]", ["s2"]),
+        ("[2]\t[2].", 3, "[2]\t[2].", "[1].", ["s2"]),
+        ("Fact [2][2] and [2].", 3, "Fact [2][2] and [2].", "Fact [1] and [1].", ["s2"]),
+        ("[1]\n[1]", 1, "[1]\n[1]", "[1]\n[1]", ["s1"]),
+        ("[3][1, 3]", 3, "[3][1, 3]", "[1][2]", ["s3", "s1"]),
+        ("[1, 1]", 1, "[1, 1]", "[1]", ["s1"]),
+        ("[1][9][1]", 3, "[1][1]", "[1]", ["s1"]),
+        ("[1] [9] [1]", 3, "[1] [1]", "[1]", ["s1"]),
+    ],
+    "Groups: out-of-range numbers leave the group; canonical spelling after finalize.": [
+        ("[1, 9]", 3, "[1]", "[1]", ["s1"]),
+        ("[9, 2, 0]", 3, "[2]", "[1]", ["s2"]),
+        ("[1,3]", 3, "[1,3]", "[1, 2]", ["s1", "s3"]),
+        ("[ 2 , 1 ]", 2, "[ 2 , 1 ]", "[1, 2]", ["s2", "s1"]),
+        ("[ 1 ]", 1, "[ 1 ]", "[1]", ["s1"]),
+    ],
+    "A dropped marker takes the spaces and tabs before it, never a newline.": [
+        ("see [9].", 3, "see.", "see.", None),
+        ("see [9]. And [2].", 3, "see. And [2].", "see. And [1].", ["s2"]),
+    ],
+    # A space that kept "(...)" from being a destination stays (found by the oracle test).
+    "Respelling never turns text into a link.": [
+        ("[2]([ 2 ]`[1]`)", 2, "[2]([ 2 ]`[1]`)", "[1]([ 1 ]`[1]`)", ["s2"]),
+        ("[x]([1, 9])", 1, "[x]([ 1 ])", "[x]([ 1 ])", ["s1"]),
+        ("[x](\n[ 2 ])", 2, "[x](\n[ 2 ])", "[x](\n[ 1 ])", ["s2"]),
+        ("[x](a [9])", 1, "[x](a \u200b)", "[x](a \u200b)", None),
+    ],
+    "Adjacent dropped markers are one run: judged by what follows the whole run.": [
+        ("see [8][9].", 3, "see.", "see.", None),
+        ("`[1]`[8][9]`", 3, "`[1]`\u200b`", "`[1]`\u200b`", None),
+        ("Tabs \t[0] end", 3, "Tabs end", "Tabs end", None),
+        ("[0] x [1]", 1, " x [1]", " x [1]", ["s1"]),
+        ("line\n[9] next [1]", 1, "line\n next [1]", "line\n next [1]", ["s1"]),
+        ("Any [1] [4] [0].", 3, "Any [1].", "Any [1].", ["s1"]),
+        ("[1] [2] [1]", 2, "[1] [2] [1]", "[1] [2]", ["s1", "s2"]),
+    ],
+    "Code is never read or rewritten.": [
+        ("`a[1]` [2]", 2, "`a[1]` [2]", "`a[1]` [1]", ["s2"]),
+        ("`a[9]`", 2, "`a[9]`", "`a[9]`", None),
+        ("``a`[1]`` [2]", 2, "``a`[1]`` [2]", "``a`[1]`` [1]", ["s2"]),
+        ("`` `[3]` `` [2]", 3, "`` `[3]` `` [2]", "`` `[3]` `` [1]", ["s2"]),
+        (
+            "```\nx = a[1]\n```\n[2]",
+            2,
+            "```\nx = a[1]\n```\n[2]",
+            "```\nx = a[1]\n```\n[1]",
+            ["s2"],
+        ),
+        (
+            "~~~python\n[9] [1]\n\n~~~\nSee [2].",
+            2,
+            "~~~python\n[9] [1]\n\n~~~\nSee [2].",
+            "~~~python\n[9] [1]\n\n~~~\nSee [1].",
+            ["s2"],
+        ),
+        ("````\n```\n[1]\n```\n````\n[2]", 2, None, "````\n```\n[1]\n```\n````\n[1]", ["s2"]),
+        ("```\n[1] never closed", 1, None, "```\n[1] never closed", None),
+        ("Prose\n   ```js\n[0]\n   ```\n[1]", 1, None, "Prose\n   ```js\n[0]\n   ```\n[1]", ["s1"]),
+    ],
+    "A code span cannot cross a blank line, so this [1] is prose.": [
+        ("`a\n\n[1]` b", 1, "`a\n\n[1]` b", "`a\n\n[1]` b", ["s1"]),
+    ],
+    "Unbalanced backtick runs are literal text, so the marker between them is prose.": [
+        ("``[2]` x", 2, "``[2]` x", "``[1]` x", ["s2"]),
+        ("a `[2]`` b [1]", 2, "a `[2]`` b [1]", "a `[1]`` b [2]", ["s2", "s1"]),
+    ],
+    "Links, images, footnotes, escapes, autolinks and reference definitions are not markers.": [
+        ("[x](http://x) [1]", 1, None, "[x](http://x) [1]", ["s1"]),
+        ("[1](http://x) and [2]", 2, None, "[1](http://x) and [1]", ["s2"]),
+        ("[see [1]](http://x) [2]", 2, None, "[see [1]](http://x) [1]", ["s2"]),
+        ("![1](http://x/i.png) [2]", 2, None, "![1](http://x/i.png) [1]", ["s2"]),
+        ("Note[^1] and [2]", 2, None, "Note[^1] and [1]", ["s2"]),
+        ("\\[1] and [2]", 2, None, "\\[1] and [1]", ["s2"]),
+        ("\\[9]", 2, "\\[9]", "\\[9]", None),
+        ("<http://x/[1]> [2]", 2, None, "<http://x/[1]> [1]", ["s2"]),
+    ],
+    'Reference definitions are off (ADR 0004): "[1]: ..." is prose, so [1] is a marker.': [
+        ("[1]: http://x\n[2]", 2, None, "[1]: http://x\n[2]", ["s1", "s2"]),
+    ],
+    "... but a marker right after a link is a citation, as is one after an escaped '\\'.": [
+        ("[x](http://u)[2]", 2, None, "[x](http://u)[1]", ["s2"]),
+        ("[x](http://u)[9]", 2, "[x](http://u)", "[x](http://u)", None),
+        ("\\\\[2]", 2, None, "\\\\[1]", ["s2"]),
+        ("[^1][2]", 2, None, "[^1][1]", ["s2"]),
+    ],
+    'At most three digits make a marker: "[2025]" is a year, and is left alone.': [
+        ("[12345] [1]", 3, "[12345] [1]", "[12345] [1]", ["s1"]),
+        ("[12345]", 3, "[12345]", "[12345]", None),
+        ("[1, 12345]", 3, "[1, 12345]", "[1, 12345]", None),
+        ("[1234]", 3, "[1234]", "[1234]", None),
+        ("[002]", 3, "[002]", "[1]", ["s2"]),
+        ("In [2025], finding [1]", 1, None, "In [2025], finding [1]", ["s1"]),
+    ],
+    "Not markers at all.": [
+        ("[1\n]", 1, "[1\n]", "[1\n]", None),
+        ("[a] [1 2] [1,] [-1]", 1, None, "[a] [1 2] [1,] [-1]", None),
+    ],
     # --- Where the renderer decides (issue 12): one example per class ---
-    # A fence in a list item, indented past the item's content: code, never renumbered.
-    (
-        "1. Install:\n\n    ```python\n    x = a[2]\n\n    y = 1\n    ```\n\nSee [1].",
-        2,
-        None,
-        "1. Install:\n\n    ```python\n    x = a[2]\n\n    y = 1\n    ```\n\nSee [1].",
-        ["s1"],
-    ),
-    # Fences in a blockquote and right after a list marker.
-    ("> ```\n> a[1]\n> ```\n\n[2]", 2, None, "> ```\n> a[1]\n> ```\n\n[1]", ["s2"]),
-    ("- ```\n  a[1]\n  ```\n- [2]", 2, None, "- ```\n  a[1]\n  ```\n- [1]", ["s2"]),
-    # An inline backtick run cannot pair across the fence that ends its paragraph.
-    (
-        "Wrap the code in ``` like this:\n```python\nx = 1\n```\nThis works [2] and [9].",
-        2,
-        "Wrap the code in ``` like this:\n```python\nx = 1\n```\nThis works [2] and.",
-        "Wrap the code in ``` like this:\n```python\nx = 1\n```\nThis works [1] and.",
-        ["s2"],
-    ),
-    # "[n]:" lines are prose (no reference definitions), renumbered with the rest.
-    (
-        "Intro [2].\n[1]: detail one.\n[2]: detail two.",
-        2,
-        None,
-        "Intro [1].\n[2]: detail one.\n[1]: detail two.",
-        ["s2", "s1"],
-    ),
-    # Links: parentheses in the destination, titles, text across lines.
-    ("[wiki](https://x/Foo_(bar)[9]) [1]", 1, None, "[wiki](https://x/Foo_(bar)[9]) [1]", ["s1"]),
-    ('[a](http://x "t [1]") [2]', 2, None, '[a](http://x "t [1]") [1]', ["s2"]),
-    ("[see\n[1]](http://x) [2]", 2, None, "[see\n[1]](http://x) [1]", ["s2"]),
-    ("[1]\n(http://x) [2]", 2, None, "[1]\n(http://x) [2]", ["s1", "s2"]),
-    # A heading, a table cell, raw HTML (shown as text) are prose.
-    ("# Title [2]\n\nBody [1]", 2, None, "# Title [1]\n\nBody [2]", ["s2", "s1"]),
-    (
-        "| a | b |\n|---|---|\n| `x [1] | y` [2] |",
-        2,
-        None,
-        "| a | b |\n|---|---|\n| `x [1] | y` [2] |",
-        ["s1", "s2"],
-    ),
-    # A cell past the header's columns is not shown at all, so it holds no marker.
-    ("| a |\n|---|\n| [2] | [1] |", 2, None, "| a |\n|---|\n| [1] | [1] |", ["s2"]),
-    ("<div>\n[2]\n</div>", 2, None, "<div>\n[1]\n</div>", ["s2"]),
-    # Forms models write: full-width, ranges, other digits. All are renumbered, so no
-    # form is left holding a stale number.
-    ("A [2] B \u30101\u3011", 2, None, "A [1] B [2]", ["s2", "s1"]),
-    ("\uff3b1\uff3d and \u30102\u3011", 2, None, "[1] and [2]", ["s1", "s2"]),
-    ("\u30102\u3011(x)", 2, None, "\u30101\u3011(x)", ["s2"]),
-    ("[1-3]", 3, None, "[1, 2, 3]", ["s1", "s2", "s3"]),
-    ("[2\u20133] then [1]", 3, None, "[1, 2] then [3]", ["s2", "s3", "s1"]),
-    ("[2-5]", 3, "[2, 3]", "[1, 2]", ["s2", "s3"]),
-    ("[\u0661] and [\uff12]", 2, None, "[1] and [2]", ["s1", "s2"]),
-    # Dropping never changes the blocks: a line left blank goes, bare structure keeps a
-    # zero-width space, and spaces stay where the next character could join the previous.
-    ("para\n[9]\nmore [1]", 1, "para\nmore [1]", "para\nmore [1]", ["s1"]),
-    ("- [9]\n- b [1]", 1, "- \u200b\n- b [1]", "- \u200b\n- b [1]", ["s1"]),
-    ("a`` [9]` b [1] ``` c", 1, "a`` ` b [1] ``` c", "a`` ` b [1] ``` c", ["s1"]),
-    ("<http://x [9]>", 1, "<http://x >", "<http://x >", None),
-]
+    "A fence in a list item, indented past the item's content: code, never renumbered.": [
+        (
+            "1. Install:\n\n    ```python\n    x = a[2]\n\n    y = 1\n    ```\n\nSee [1].",
+            2,
+            None,
+            "1. Install:\n\n    ```python\n    x = a[2]\n\n    y = 1\n    ```\n\nSee [1].",
+            ["s1"],
+        ),
+    ],
+    "Fences in a blockquote and right after a list marker.": [
+        ("> ```\n> a[1]\n> ```\n\n[2]", 2, None, "> ```\n> a[1]\n> ```\n\n[1]", ["s2"]),
+        ("- ```\n  a[1]\n  ```\n- [2]", 2, None, "- ```\n  a[1]\n  ```\n- [1]", ["s2"]),
+    ],
+    "An inline backtick run cannot pair across the fence that ends its paragraph.": [
+        (
+            "Wrap the code in ``` like this:\n```python\nx = 1\n```\nThis works [2] and [9].",
+            2,
+            "Wrap the code in ``` like this:\n```python\nx = 1\n```\nThis works [2] and.",
+            "Wrap the code in ``` like this:\n```python\nx = 1\n```\nThis works [1] and.",
+            ["s2"],
+        ),
+    ],
+    '"[n]:" lines are prose (no reference definitions), renumbered with the rest.': [
+        (
+            "Intro [2].\n[1]: detail one.\n[2]: detail two.",
+            2,
+            None,
+            "Intro [1].\n[2]: detail one.\n[1]: detail two.",
+            ["s2", "s1"],
+        ),
+    ],
+    "Links: parentheses in the destination, titles, text across lines.": [
+        (
+            "[wiki](https://x/Foo_(bar)[9]) [1]",
+            1,
+            None,
+            "[wiki](https://x/Foo_(bar)[9]) [1]",
+            ["s1"],
+        ),
+        ('[a](http://x "t [1]") [2]', 2, None, '[a](http://x "t [1]") [1]', ["s2"]),
+        ("[see\n[1]](http://x) [2]", 2, None, "[see\n[1]](http://x) [1]", ["s2"]),
+        ("[1]\n(http://x) [2]", 2, None, "[1]\n(http://x) [2]", ["s1", "s2"]),
+    ],
+    "A heading, a table cell, raw HTML (shown as text) are prose.": [
+        ("# Title [2]\n\nBody [1]", 2, None, "# Title [1]\n\nBody [2]", ["s2", "s1"]),
+        (
+            "| a | b |\n|---|---|\n| `x [1] | y` [2] |",
+            2,
+            None,
+            "| a | b |\n|---|---|\n| `x [1] | y` [2] |",
+            ["s1", "s2"],
+        ),
+    ],
+    "A cell past the header's columns is not shown at all, so it holds no marker.": [
+        ("| a |\n|---|\n| [2] | [1] |", 2, None, "| a |\n|---|\n| [1] | [1] |", ["s2"]),
+        ("<div>\n[2]\n</div>", 2, None, "<div>\n[1]\n</div>", ["s2"]),
+    ],
+    # So no form is left holding a stale number.
+    "Forms models write (full-width, ranges, other digits) are all renumbered.": [
+        ("A [2] B \u30101\u3011", 2, None, "A [1] B [2]", ["s2", "s1"]),
+        ("\uff3b1\uff3d and \u30102\u3011", 2, None, "[1] and [2]", ["s1", "s2"]),
+        ("\u30102\u3011(x)", 2, None, "\u30101\u3011(x)", ["s2"]),
+        ("[1-3]", 3, None, "[1, 2, 3]", ["s1", "s2", "s3"]),
+        ("[2\u20133] then [1]", 3, None, "[1, 2] then [3]", ["s2", "s3", "s1"]),
+        ("[2-5]", 3, "[2, 3]", "[1, 2]", ["s2", "s3"]),
+        ("[\u0661] and [\uff12]", 2, None, "[1] and [2]", ["s1", "s2"]),
+    ],
+    # A line left blank goes, bare structure keeps a zero-width space, and spaces stay
+    # where the next character could join the previous.
+    "Dropping a marker never changes the blocks.": [
+        ("para\n[9]\nmore [1]", 1, "para\nmore [1]", "para\nmore [1]", ["s1"]),
+        ("- [9]\n- b [1]", 1, "- \u200b\n- b [1]", "- \u200b\n- b [1]", ["s1"]),
+        ("a`` [9]` b [1] ``` c", 1, "a`` ` b [1] ``` c", "a`` ` b [1] ``` c", ["s1"]),
+        ("<http://x [9]>", 1, "<http://x >", "<http://x >", None),
+    ],
+}
 
 
 @pytest.mark.parametrize(
     ("text", "count", "stripped", "final", "sources"),
-    EXAMPLES,
-    ids=[repr(example[0]) for example in EXAMPLES],
+    [
+        pytest.param(*example, id=f"{rule} {example[0]!r}")
+        for rule, examples in EXAMPLES.items()
+        for example in examples
+    ],
 )
 def test_examples(
     text: str, count: int, stripped: str | None, final: str, sources: list[str] | None

@@ -6,37 +6,32 @@ import uuid
 import pytest
 from bs4 import BeautifulSoup
 from channels.db import database_sync_to_async
-from channels.testing import WebsocketCommunicator
 
 from answers.models import Answer
 from answers.streams import answer_streams_wait
-from config.asgi import application
 from tests.corpus import RESTRICTED
-from tests.sockets import ORIGIN, receive_until_final, session_socket
+from tests.sockets import ask_on, connected, receive_until_final, scoped_socket, session_socket
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-async def communicator(user=None, *, origin=ORIGIN, host=b"testserver"):
-    headers = [(b"host", host)]
-    if origin is not None:
-        headers.append(origin)
-    comm = WebsocketCommunicator(application, "/ws/answers/", headers=headers)
-    if user is not None:
-        comm.scope["user"] = user  # what AuthMiddlewareStack would resolve from the cookie
-    return comm
+LAMBDA = "What is a lambda expression?"
 
 
-async def logged_in(client, user):
-    return await session_socket(client, user)
+async def streaming(user, settings, *, delay: float):  # type: ignore[no-untyped-def]
+    """A socket with an answer to LAMBDA under way (its references received), each
+    extractive token ``delay`` seconds apart: the socket and those references."""
+    settings.ANSWERS = {**settings.ANSWERS, "EXTRACTIVE_DELAY": delay}
+    comm = await connected(scoped_socket(user))
+    await comm.send_json_to({"type": "ask", "question": LAMBDA})
+    first = await comm.receive_json_from(timeout=5)
+    assert first["type"] == "references"
+    return comm, first
 
 
 async def test_events_arrive_in_order_with_server_rendered_panels(corpus, asker, client):
-    comm = await logged_in(client, asker)
-    connected, _ = await comm.connect()
-    assert connected
-    await comm.send_json_to({"type": "ask", "question": "What is a lambda expression?"})
-    messages = await receive_until_final(comm)
+    comm = await connected(await session_socket(client, asker))
+    messages = await ask_on(comm, LAMBDA)
     kinds = [m["type"] for m in messages]
     assert kinds[0] == "references" and kinds[-1] == "done"
     assert set(kinds[1:-1]) <= {"token", "citation"} and "token" in kinds
@@ -63,12 +58,7 @@ async def test_events_arrive_in_order_with_server_rendered_panels(corpus, asker,
 
 
 async def test_stop_cancels_generation_and_stores_the_partial_answer(corpus, asker, settings):
-    settings.ANSWERS = {**settings.ANSWERS, "EXTRACTIVE_DELAY": 0.2}
-    comm = await communicator(asker)
-    assert (await comm.connect())[0]
-    await comm.send_json_to({"type": "ask", "question": "What is a lambda expression?"})
-    first = await comm.receive_json_from(timeout=5)
-    assert first["type"] == "references"
+    comm, first = await streaming(asker, settings, delay=0.2)
     token = await comm.receive_json_from(timeout=5)
     assert token["type"] in ("token", "citation")
     await comm.send_json_to({"type": "stop"})
@@ -78,7 +68,7 @@ async def test_stop_cancels_generation_and_stores_the_partial_answer(corpus, ask
     assert stored.status == "interrupted" and stored.raw_text
     assert stored.final_text == messages[-1]["text"]
     # The socket stays usable.
-    await comm.send_json_to({"type": "ask", "question": "What is a lambda expression?"})
+    await comm.send_json_to({"type": "ask", "question": LAMBDA})
     assert (await comm.receive_json_from(timeout=5))["type"] == "references"
     await comm.send_json_to({"type": "stop"})
     assert (await receive_until_final(comm))[-1]["status"] == "interrupted"
@@ -86,11 +76,7 @@ async def test_stop_cancels_generation_and_stores_the_partial_answer(corpus, ask
 
 
 async def test_a_disconnect_leaves_the_answer_generating_to_the_end(corpus, asker, settings):
-    settings.ANSWERS = {**settings.ANSWERS, "EXTRACTIVE_DELAY": 0.05}
-    comm = await communicator(asker)
-    assert (await comm.connect())[0]
-    await comm.send_json_to({"type": "ask", "question": "What is a lambda expression?"})
-    first = await comm.receive_json_from(timeout=5)
+    comm, first = await streaming(asker, settings, delay=0.05)
     await comm.receive_json_from(timeout=5)
     await comm.disconnect()
     await answer_streams_wait(timeout=30)
@@ -99,11 +85,7 @@ async def test_a_disconnect_leaves_the_answer_generating_to_the_end(corpus, aske
 
 
 async def test_a_second_ask_while_streaming_gets_a_clear_error(corpus, asker, settings):
-    settings.ANSWERS = {**settings.ANSWERS, "EXTRACTIVE_DELAY": 0.2}
-    comm = await communicator(asker)
-    assert (await comm.connect())[0]
-    await comm.send_json_to({"type": "ask", "question": "What is a lambda expression?"})
-    assert (await comm.receive_json_from(timeout=5))["type"] == "references"
+    comm, _ = await streaming(asker, settings, delay=0.2)
     await comm.send_json_to({"type": "ask", "question": "Another?"})
     seen = []
     while True:
@@ -120,34 +102,27 @@ async def test_a_second_ask_while_streaming_gets_a_clear_error(corpus, asker, se
 async def test_anonymous_users_are_refused(corpus):
     from django.contrib.auth.models import AnonymousUser
 
-    comm = await communicator(AnonymousUser())
-    connected, _ = await comm.connect()
-    assert not connected
+    comm = scoped_socket(AnonymousUser())
+    accepted, _ = await comm.connect()
+    assert not accepted
 
 
 async def test_users_without_the_ask_permission_are_refused(corpus, no_ask_user):
-    comm = await communicator(no_ask_user)
-    connected, _ = await comm.connect()
-    assert not connected
+    comm = scoped_socket(no_ask_user)
+    accepted, _ = await comm.connect()
+    assert not accepted
 
 
 @pytest.mark.parametrize("origin", [(b"origin", b"https://evil.example"), None])
 async def test_foreign_or_missing_origins_are_refused(corpus, asker, client, origin):
-    await database_sync_to_async(client.force_login)(asker)
-    cookie = client.cookies["sessionid"].value
-    headers = [(b"host", b"testserver"), (b"cookie", f"sessionid={cookie}".encode())]
-    if origin:
-        headers.append(origin)
-    comm = WebsocketCommunicator(application, "/ws/answers/", headers=headers)
-    connected, _ = await comm.connect()
-    assert not connected
+    comm = await session_socket(client, asker, origin=origin)
+    accepted, _ = await comm.connect()
+    assert not accepted
 
 
 async def test_a_restricted_document_never_appears_for_an_outsider(corpus, asker):
-    comm = await communicator(asker)
-    assert (await comm.connect())[0]
-    await comm.send_json_to({"type": "ask", "question": "Nightjar zeppelin launch hangar"})
-    messages = await receive_until_final(comm)
+    comm = await connected(scoped_socket(asker))
+    messages = await ask_on(comm, "Nightjar zeppelin launch hangar")
     blob = json.dumps(messages)
     for title in RESTRICTED:
         assert title not in blob
@@ -173,29 +148,24 @@ async def test_a_restricted_document_never_appears_for_an_outsider(corpus, asker
     ],
 )
 async def test_bad_messages_get_an_error_and_the_socket_survives(corpus, asker, frame, code):
-    comm = await communicator(asker)
-    assert (await comm.connect())[0]
+    comm = await connected(scoped_socket(asker))
     await comm.send_to(text_data=frame)
     error = await comm.receive_json_from(timeout=5)
     assert error["type"] == "error" and error["code"] == code and error["message"]
-    await comm.send_json_to({"type": "ask", "question": "What is a lambda expression?"})
-    assert (await receive_until_final(comm))[-1]["type"] == "done"
+    assert (await ask_on(comm, LAMBDA))[-1]["type"] == "done"
     await comm.disconnect()
 
 
 async def test_binary_frames_are_refused_politely(corpus, asker):
-    comm = await communicator(asker)
-    assert (await comm.connect())[0]
+    comm = await connected(scoped_socket(asker))
     await comm.send_to(bytes_data=b"\x00\x01")
     assert (await comm.receive_json_from(timeout=5))["code"] == "bad_message"
     await comm.disconnect()
 
 
 async def test_follow_up_continues_the_conversation(corpus, asker):
-    comm = await communicator(asker)
-    assert (await comm.connect())[0]
-    await comm.send_json_to({"type": "ask", "question": "What is a lambda expression?"})
-    first = await receive_until_final(comm)
+    comm = await connected(scoped_socket(asker))
+    first = await ask_on(comm, LAMBDA)
     conversation = first[0]["conversation_id"]
     await comm.send_json_to(
         {"type": "ask", "question": "and how does it differ from a def function?",
@@ -210,10 +180,8 @@ async def test_follow_up_continues_the_conversation(corpus, asker):
 async def test_the_socket_and_the_json_path_give_the_same_done(corpus, asker):
     from answers.pipeline import answer_question
 
-    comm = await communicator(asker)
-    assert (await comm.connect())[0]
-    await comm.send_json_to({"type": "ask", "question": "How do generators work?"})
-    done = (await receive_until_final(comm))[-1]
+    comm = await connected(scoped_socket(asker))
+    done = (await ask_on(comm, "How do generators work?"))[-1]
     await comm.disconnect()
     json_done = (await answer_question(user=asker, question="How do generators work?")).to_dict()
     for key in ("status", "text"):
@@ -226,25 +194,21 @@ async def test_the_socket_and_the_json_path_give_the_same_done(corpus, asker):
 
 
 async def test_a_deactivated_users_socket_is_closed_at_the_next_question(corpus, asker, client):
-    comm = await logged_in(client, asker)
-    assert (await comm.connect())[0]
+    comm = await connected(await session_socket(client, asker))
     asker.is_active = False
     await asker.asave(update_fields=["is_active"])
-    await comm.send_json_to({"type": "ask", "question": "What is a lambda expression?"})
+    await comm.send_json_to({"type": "ask", "question": LAMBDA})
     error = await comm.receive_json_from(timeout=5)
     assert error["type"] == "error" and error["code"] == "signed_out"
     assert (await comm.receive_output(timeout=5))["type"] == "websocket.close"
 
 
 async def test_group_changes_apply_to_the_next_question_on_an_open_socket(corpus, member, client):
-    comm = await logged_in(client, member)
-    assert (await comm.connect())[0]
-    question = {"type": "ask", "question": "Nightjar zeppelin launch hangar"}
-    await comm.send_json_to(question)
-    before = json.dumps(await receive_until_final(comm))
+    comm = await connected(await session_socket(client, member))
+    question = "Nightjar zeppelin launch hangar"
+    before = json.dumps(await ask_on(comm, question))
     assert any(title in before for title in RESTRICTED)
     await database_sync_to_async(member.groups.clear)()
-    await comm.send_json_to(question)
-    after = json.dumps(await receive_until_final(comm))
+    after = json.dumps(await ask_on(comm, question))
     assert not any(title in after for title in RESTRICTED)
     await comm.disconnect()

@@ -7,13 +7,12 @@ import json
 
 import pytest
 from asgiref.sync import async_to_sync
-from channels.testing import WebsocketCommunicator
 
-from answers import services
 from answers.models import Answer
 from answers.pipeline import GENERIC_ERROR
-from config.asgi import application
-from tests.llm_server import FakeLLM
+from tests.helpers import api_post
+from tests.llm_server import serving
+from tests.sockets import ask_on, connected, scoped_socket
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -22,47 +21,20 @@ QUESTION = "What is a lambda expression?"
 
 @pytest.fixture
 def fake_llm(settings):  # type: ignore[no-untyped-def]
-    server = FakeLLM()
-    settings.ANSWERS = {
-        **settings.ANSWERS,
-        "PROVIDER": "openai",
-        "MODEL": "local-test",
-        "OPENAI_BASE_URL": server.base_url,
-        "OPENAI_API_KEY": "test-key",
-        "FIRST_TOKEN_TIMEOUT": 0.5,
-        "IDLE_TIMEOUT": 0.5,
-        "TOTAL_TIMEOUT": 5.0,
-        "MAX_EMPTY_DELTAS": 50,
-        "PROVIDER_RETRIES": 2,
-        "RETRY_BACKOFF": 0.05,
-    }
-    yield server
-    server.close()
+    limits = {"FIRST_TOKEN_TIMEOUT": 0.5, "IDLE_TIMEOUT": 0.5, "TOTAL_TIMEOUT": 5.0}
+    retries = {"MAX_EMPTY_DELTAS": 50, "PROVIDER_RETRIES": 2, "RETRY_BACKOFF": 0.05}
+    with serving(settings, **limits, **retries) as server:
+        yield server
 
 
 def ask_json(client, user):  # type: ignore[no-untyped-def]
-    _, raw = services.api_token_create(user=user, name="t")
-    response = client.post(
-        "/api/answers",
-        {"question": QUESTION},
-        content_type="application/json",
-        headers={"Authorization": f"Bearer {raw}"},
-    )
+    response = api_post(client, "/api/answers", {"question": QUESTION}, user=user)
     return response, Answer.objects.order_by("-pk").first()
 
 
 async def _ask_socket(user):  # type: ignore[no-untyped-def]
-    comm = WebsocketCommunicator(
-        application,
-        "/ws/answers/",
-        headers=[(b"host", b"testserver"), (b"origin", b"http://testserver")],
-    )
-    comm.scope["user"] = user
-    assert (await comm.connect())[0]
-    await comm.send_json_to({"type": "ask", "question": QUESTION})
-    messages = []
-    while not messages or messages[-1]["type"] not in ("done", "error"):
-        messages.append(await comm.receive_json_from(timeout=10))
+    comm = await connected(scoped_socket(user))
+    messages = await ask_on(comm, QUESTION, timeout=10)
     await comm.disconnect()
     return messages
 
@@ -188,12 +160,7 @@ def test_stop_mid_stream_cancels_the_upstream_request(corpus, asker, fake_llm):
     fake_llm.behaviours = [{"kind": "ok", "deltas": ["word "] * 200, "pace": 0.02}]
 
     async def run():  # type: ignore[no-untyped-def]
-        comm = WebsocketCommunicator(
-            application, "/ws/answers/",
-            headers=[(b"host", b"testserver"), (b"origin", b"http://testserver")],
-        )  # fmt: skip
-        comm.scope["user"] = asker
-        assert (await comm.connect())[0]
+        comm = await connected(scoped_socket(asker))
         await comm.send_json_to({"type": "ask", "question": QUESTION})
         first = await comm.receive_json_from(timeout=5)
         while (await comm.receive_json_from(timeout=5))["type"] != "token":

@@ -18,7 +18,7 @@ from django.utils import timezone
 from answers.models import Answer, Conversation, Question
 from config.urls import handler400, handler403, handler404, handler500  # noqa: F401
 from config.urls import urlpatterns as site_urlpatterns
-from tests.helpers import bearer_headers
+from tests.helpers import api_post, assert_json_error, bearer_headers
 
 pytestmark = pytest.mark.django_db
 
@@ -104,38 +104,43 @@ def test_a_missing_api_path_is_json(client):
     assert response.json() == {"detail": "Not found.", "code": "not_found"}
 
 
-# ------------------------------------------------------------------------------ 500
+# ------------------------------------------------------------------------------ 500, CSRF
 
 
-def test_a_server_error_is_the_site_500_with_the_log_out_button(asker, settings):
-    settings.ROOT_URLCONF = __name__
-    client = Client(raise_request_exception=False)
+@pytest.mark.parametrize(
+    ("client_options", "method", "path", "status", "says"),
+    [
+        pytest.param(
+            {"raise_request_exception": False}, "get", "/boom/", 500,
+            "Something went wrong on our side", id="server-error",
+        ),
+        pytest.param(
+            {"enforce_csrf_checks": True}, "post", "/accounts/logout/", 403,
+            "reload the page", id="csrf-failure",
+        ),
+    ],
+)  # fmt: skip
+def test_a_logged_in_error_page_says_what_to_do_with_the_log_out_button(
+    asker, settings, client_options, method, path, status, says
+):
+    settings.ROOT_URLCONF = __name__  # the site's URLs, and a view that fails
+    client = Client(**client_options)
     client.force_login(asker)
-    response = client.get("/boom/")
-    assert response.status_code == 500
+    response = getattr(client, method)(path)
+    assert response.status_code == status
     page = _site_page(response)
-    assert "Something went wrong on our side" in page.get_text()
+    assert says in page.get_text()
     assert "a bug" not in page.get_text()  # no internals
-    _logout_form(page)
+    _logout_form(page)  # a fresh token: this button works
 
 
-# ------------------------------------------------------------------------------ 400, CSRF
+# ------------------------------------------------------------------------------ 400
 
 
 def test_a_bad_request_is_the_site_400(client):
     response = client.get("/accounts/login/", HTTP_HOST="evil.example")
     assert response.status_code == 400
     assert "could not be read" in _site_page(response).get_text()
-
-
-def test_a_csrf_failure_says_what_to_do(asker):
-    client = Client(enforce_csrf_checks=True)
-    client.force_login(asker)
-    response = client.post("/accounts/logout/")
-    assert response.status_code == 403
-    page = _site_page(response)
-    assert "reload the page" in page.get_text()
-    _logout_form(page)  # a fresh token: this button works
 
 
 # ------------------------------------------------------------------------------ 413
@@ -152,13 +157,12 @@ def test_a_too_large_form_is_the_site_413(client):
 
 
 def test_a_too_large_api_body_is_json_413(client, asker):
-    body = json.dumps({"question": "x" * TEN_MB})
-    headers = {"HTTP_AUTHORIZATION": bearer_headers(asker)["Authorization"]}
-    response = client.post("/api/answers", data=body, content_type="application/json", **headers)
-    assert response.status_code == 413
-    assert response["Content-Type"].startswith("application/json")
+    response = api_post(client, "/api/answers", {"question": "x" * TEN_MB}, user=asker)
     # ErrorOut's shape, as the API's other errors.
-    assert response.json() == {"detail": "The request body is too large.", "code": "too_large"}
+    assert assert_json_error(response, 413) == {
+        "detail": "The request body is too large.",
+        "code": "too_large",
+    }
 
 
 def test_too_large_bodies_over_real_http(daphne_live_server, asker):
@@ -168,7 +172,7 @@ def test_too_large_bodies_over_real_http(daphne_live_server, asker):
         f"{daphne_live_server.url}/api/answers", content=body, headers=headers, timeout=30
     )
     assert (response.status_code, response.reason_phrase) == (413, "Request Entity Too Large")
-    assert response.json()["code"] == "too_large"
+    assert_json_error(response, 413, "too_large")
     assert "Traceback" not in response.text
 
     # As a browser sends it: with the CSRF cookie, so the body is what gets read.
@@ -214,7 +218,7 @@ def test_the_question_limit_says_when_to_retry_over_real_http(daphne_live_server
         timeout=30,
     )
     assert (response.status_code, response.reason_phrase) == (429, "Too Many Requests")
-    assert response.json()["code"] == "rate_limited"
+    assert_json_error(response, 429, "rate_limited")
     assert 10 <= _retry_after(response) <= 15
 
 
@@ -224,14 +228,10 @@ def test_the_stream_limit_says_when_a_slot_is_surely_free(client, asker, setting
     question = Question.objects.create(conversation=conversation, turn=1, text="q", user=asker)
     answer = Answer.objects.create(question=question, status=Answer.Status.STREAMING)
     Answer.objects.filter(pk=answer.pk).update(created_at=timezone.now() - timedelta(seconds=100))
-    headers = {"HTTP_AUTHORIZATION": bearer_headers(asker)["Authorization"]}
-    response = client.post(
-        "/api/answers",
-        data=json.dumps({"question": "What is a lambda expression?"}),
-        content_type="application/json",
-        **headers,
+    response = api_post(
+        client, "/api/answers", {"question": "What is a lambda expression?"}, user=asker
     )
-    assert response.status_code == 429
+    assert_json_error(response, 429, "rate_limited")
     # The running answer is 100 s into its 180 s cap.
     assert 75 <= _retry_after(response) <= 80
 

@@ -81,16 +81,30 @@ def test_markdown_setext_title(tmp_path: Path) -> None:
     assert doc.title == "My Title"
 
 
-def test_markdown_prefers_level_one_then_any_heading() -> None:
-    text = b"## Second\n\n# First\n"
-    assert extract_text(data=text, suffix=".md", fallback_title="f").title == "First"
-    text = b"Para\n\n## Only level two\n\nMore"
-    assert extract_text(data=text, suffix=".md", fallback_title="f").title == "Only level two"
+@pytest.mark.parametrize(
+    ("data", "suffix", "title"),
+    [
+        pytest.param(b"## Second\n\n# First\n", ".md", "First", id="md-level-one-first"),
+        pytest.param(b"Para\n\n## Only level two\n\nMore", ".md", "Only level two", id="md-any"),
+        pytest.param(b"```bash\n# not a title\n```\n\n# Real\n", ".md", "Real", id="md-fences"),
+        pytest.param(
+            b".. _label:\n\nSection One\n===========\n\nText.\n", ".rst", "Section One",
+            id="rst-underline",
+        ),
+        pytest.param(
+            b"#########\n  Overlined\n#########\n\nSub\n---\n", ".rst", "Overlined",
+            id="rst-overline",
+        ),
+        pytest.param(b"A long title\n==\n\nText\n", ".rst", "f", id="rst-underline-too-short"),
+    ],
+)  # fmt: skip
+def test_titles_from_headings(data: bytes, suffix: str, title: str) -> None:
+    """Markdown: the first level-one heading, else any (none in code fences); reST: the
+    first section title whose adornment is long enough; else the fallback."""
+    assert extract_text(data=data, suffix=suffix, fallback_title="f").title == title
 
 
-def test_markdown_title_ignores_code_fences_and_uses_front_matter() -> None:
-    fenced = b"```bash\n# not a title\n```\n\n# Real\n"
-    assert extract_text(data=fenced, suffix=".md", fallback_title="f").title == "Real"
+def test_markdown_title_uses_front_matter() -> None:
     front = b"---\ntitle: 'From YAML'\ntags: [a]\n---\n\n# Heading\n"
     doc = extract_text(data=front, suffix=".md", fallback_title="f")
     assert doc.title == "From YAML"
@@ -100,15 +114,6 @@ def test_markdown_title_ignores_code_fences_and_uses_front_matter() -> None:
 def test_markdown_without_heading_uses_fallback(tmp_path: Path) -> None:
     doc = extract_file(write(tmp_path / "release-notes.md", "#hashtag is not a heading\n"))
     assert doc.title == "release-notes"
-
-
-def test_rst_titles() -> None:
-    underline = b".. _label:\n\nSection One\n===========\n\nText.\n"
-    assert extract_text(data=underline, suffix=".rst", fallback_title="f").title == "Section One"
-    overline = b"#########\n  Overlined\n#########\n\nSub\n---\n"
-    assert extract_text(data=overline, suffix=".rst", fallback_title="f").title == "Overlined"
-    too_short = b"A long title\n==\n\nText\n"
-    assert extract_text(data=too_short, suffix=".rst", fallback_title="f").title == "f"
 
 
 def test_txt_normalization(tmp_path: Path) -> None:

@@ -1,17 +1,13 @@
 from __future__ import annotations
 
 import pytest
-from asgiref.sync import async_to_sync
 
-from answers import pipeline, services
 from answers.citations import iter_markers
 from answers.models import Answer, Question
 from tests.corpus import RESTRICTED
-from tests.helpers import ask, bearer_headers
+from tests.helpers import api_post, ask, assert_json_error, bearer_headers, start
 
 pytestmark = pytest.mark.django_db
-
-start = async_to_sync(pipeline.start_answer)
 
 
 def test_concurrent_streams_per_user_are_capped(asker, other_asker, scripted, settings, client):
@@ -19,12 +15,10 @@ def test_concurrent_streams_per_user_are_capped(asker, other_asker, scripted, se
     start(user=asker, question="What is a lambda expression?")
     start(user=asker, question="What is a lambda expression?")  # both still streaming
     before = Question.objects.count()
-    response = client.post(
-        "/api/answers", {"question": "What is a lambda expression?"},
-        content_type="application/json", headers=bearer_headers(asker),
-    )  # fmt: skip
-    assert response.status_code == 429
-    assert response.json()["code"] == "rate_limited" and "at once" in response.json()["detail"]
+    response = api_post(
+        client, "/api/answers", {"question": "What is a lambda expression?"}, user=asker
+    )
+    assert "at once" in assert_json_error(response, 429, "rate_limited")["detail"]
     assert Question.objects.count() == before
     # Someone else is not affected.
     assert ask(user=other_asker, question="What is a lambda expression?").answer.status
@@ -45,10 +39,9 @@ def test_questions_per_minute_are_capped(asker, scripted, settings, client):
     settings.ANSWERS = {**settings.ANSWERS, "QUESTIONS_PER_MINUTE": 3}
     for _ in range(3):
         ask(user=asker, question="What is a lambda expression?")
-    response = client.post(
-        "/api/answers", {"question": "What is a lambda expression?"},
-        content_type="application/json", headers=bearer_headers(asker),
-    )  # fmt: skip
+    response = api_post(
+        client, "/api/answers", {"question": "What is a lambda expression?"}, user=asker
+    )
     assert response.status_code == 429 and "a minute" in response.json()["detail"]
 
 
@@ -102,7 +95,7 @@ def minute_capped_server(_minute_capped_server_process, corpus):  # type: ignore
 
 
 def _token(user) -> str:  # type: ignore[no-untyped-def]
-    return f"Bearer {services.api_token_create(user=user, name='parallel')[1]}"
+    return bearer_headers(user, name="parallel")["Authorization"]
 
 
 def _in_parallel(count: int, ask) -> list:  # type: ignore[no-untyped-def]
@@ -185,7 +178,7 @@ async def test_parallel_socket_asks_get_at_most_the_concurrent_streams(slow_live
     from asgiref.sync import sync_to_async
 
     from answers.conf import answers_settings
-    from tests.security.support import live_socket, session_cookie
+    from tests.sockets import live_socket, session_cookie
 
     limit = int(answers_settings.MAX_CONCURRENT_STREAMS)
     cookie = await sync_to_async(session_cookie)(asker)

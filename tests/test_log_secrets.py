@@ -8,7 +8,7 @@ import httpx
 import pytest
 from django.conf import settings as django_settings
 
-from answers import services
+from tests.helpers import api_post, bearer_token
 
 pytestmark = pytest.mark.django_db
 
@@ -24,7 +24,7 @@ def everything_logged(caplog, settings):  # type: ignore[no-untyped-def]
 
 
 def _post(client, **headers: str):  # type: ignore[no-untyped-def]
-    return client.post("/api/answers", data=QUESTION, content_type="application/json", **headers)
+    return api_post(client, "/api/answers", QUESTION, **headers)
 
 
 @pytest.mark.parametrize(
@@ -32,7 +32,7 @@ def _post(client, **headers: str):  # type: ignore[no-untyped-def]
     ["{token}", "Token {token}", "bearer:{token}", "Basic {token}", "{token} Bearer"],
 )
 def test_a_malformed_authorization_header_is_not_logged(client, asker, everything_logged, header):
-    _, raw = services.api_token_create(user=asker, name="t")
+    raw = bearer_token(asker, name="t")
     response = _post(client, HTTP_AUTHORIZATION=header.format(token=raw))
     assert response.status_code == 401
     assert raw not in everything_logged.text
@@ -47,7 +47,7 @@ def test_a_wrong_token_is_not_logged(client, everything_logged):
 
 
 def test_a_right_token_is_not_logged(client, asker, everything_logged):
-    _, raw = services.api_token_create(user=asker, name="t")
+    raw = bearer_token(asker, name="t")
     response = _post(client, HTTP_AUTHORIZATION=f"Bearer {raw}")
     assert response.status_code == 200
     assert raw[3:] not in everything_logged.text
@@ -79,7 +79,7 @@ def test_session_cookies_are_not_logged(client, asker, everything_logged):
 
 
 def test_the_live_server_logs_no_token(daphne_live_server, asker):
-    _, raw = services.api_token_create(user=asker, name="t")
+    raw = bearer_token(asker, name="t")
     start = daphne_live_server.log_size()
     for header in (raw, f"Token {raw}", f"Bearer {raw}x"):
         response = httpx.post(

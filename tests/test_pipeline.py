@@ -9,7 +9,7 @@ from answers import pipeline
 from answers.citations import iter_markers
 from answers.models import Answer, Question, RetrievedSource
 from tests.corpus import RESTRICTED
-from tests.helpers import ask
+from tests.helpers import ask, start
 
 pytestmark = pytest.mark.django_db
 
@@ -19,7 +19,6 @@ async def _collect(run):
 
 
 collect = async_to_sync(_collect)
-start = async_to_sync(pipeline.start_answer)
 
 
 def test_events_come_in_order_references_tokens_done(asker, scripted):

@@ -7,7 +7,7 @@ from answers.citations import iter_markers
 from answers.prompt import MARKER_BREAK, Prompt, PromptSource, neutralize_markers
 from answers.providers.extractive import ExtractiveProvider
 from answers.providers.openai import OpenAIProvider
-from tests.llm_server import FakeLLM
+from tests.llm_server import serving
 
 pytestmark = pytest.mark.django_db
 
@@ -84,17 +84,8 @@ def test_the_extractive_provider_quoting_a_forged_marker_cites_only_its_own():
 
 @pytest.fixture
 def echo_llm(settings):  # type: ignore[no-untyped-def]
-    server = FakeLLM()
-    server.behaviours = [{"kind": "echo"}]
-    settings.ANSWERS = {
-        **settings.ANSWERS,
-        "PROVIDER": "openai",
-        "MODEL": "local-test",
-        "OPENAI_BASE_URL": server.base_url,
-        "OPENAI_API_KEY": "test-key",
-    }
-    yield server
-    server.close()
+    with serving(settings, {"kind": "echo"}) as server:
+        yield server
 
 
 async def _openai_text(prompt: Prompt) -> str:

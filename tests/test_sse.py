@@ -12,9 +12,9 @@ from typing import Any
 import httpx
 import pytest
 
-from answers import services
 from answers.citations import cited_numbers, iter_markers
 from answers.models import Answer
+from tests.helpers import assert_json_error, bearer_headers
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -63,8 +63,7 @@ def client(daphne_live_server) -> Iterator[httpx.Client]:  # type: ignore[no-unt
 
 @pytest.fixture
 def auth(asker) -> dict[str, str]:  # type: ignore[no-untyped-def]
-    _, raw = services.api_token_create(user=asker, name="t")
-    return {"Authorization": f"Bearer {raw}"}
+    return bearer_headers(asker, name="t")
 
 
 def ask_streaming(
@@ -261,12 +260,10 @@ def test_stop_ends_the_answer_for_its_followers(client, auth) -> None:  # type: 
 
 def test_only_the_owner_follows_or_stops_an_answer(client, auth, other_asker) -> None:  # type: ignore[no-untyped-def]
     answer_id = _drop_after_first_token(client, auth)[0].data["answer_id"]
-    _, raw = services.api_token_create(user=other_asker, name="other")
-    other = {"Authorization": f"Bearer {raw}"}
+    other = bearer_headers(other_asker, name="other")
     for method, path in (("GET", "events"), ("POST", "stop")):
         response = client.request(method, f"/api/answers/{answer_id}/{path}", headers=other)
-        assert response.status_code == 404
-        assert response.json()["code"] == "not_found"
+        assert_json_error(response, 404, "not_found")
     assert _wait_for_status(answer_id) == Answer.Status.COMPLETE
 
 

@@ -15,6 +15,7 @@ from django.utils import timezone
 from answers import pipeline, streams
 from answers.events import TokenEvent
 from answers.models import Answer
+from tests.helpers import api_post, assert_json_error, bearer_headers
 from tests.sockets import receive_until_final, scoped_socket
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -229,24 +230,18 @@ async def test_an_unreachable_channel_layer_refuses_the_stream_and_stores_the_fa
 ):
     from django.test import AsyncClient
 
-    from answers.services import api_token_create
-
     settings.CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
             "CONFIG": {"hosts": ["redis://127.0.0.1:1/0"]},  # nothing listens there
         }
     }
-    _, token = await sync_to_async(api_token_create)(user=asker, name="t")
-    response = await AsyncClient().post(
-        "/api/answers",
-        data={"question": QUESTION},
-        content_type="application/json",
-        headers={"Accept": "text/event-stream", "Authorization": f"Bearer {token}"},
-    )
-    assert response.status_code == 503
-    assert response["Content-Type"].startswith("application/json")
-    assert response.json()["code"] == "unavailable"
+    auth = await sync_to_async(bearer_headers)(asker, name="t")
+    response = await api_post(
+        AsyncClient(), "/api/answers", {"question": QUESTION},
+        headers={"Accept": "text/event-stream", **auth},
+    )  # fmt: skip
+    assert_json_error(response, 503, "unavailable")
     answer = await Answer.objects.aget()
     assert answer.status == "failed" and "channel layer" in answer.error
 

@@ -1,4 +1,5 @@
-"""Fixtures for the security suite (helpers are in ``support`` and ``inert``)."""
+"""Fixtures for the security suite (helpers are in ``tests.helpers``, ``tests.sockets``
+and, for rendered output, ``inert``)."""
 
 from __future__ import annotations
 

@@ -25,8 +25,8 @@ from answers import pipeline, presenters, selectors, services
 from answers.citations import iter_markers
 from answers.models import Answer, Document, Feedback, Question, RetrievedSource
 from answers.panels import FINAL, PROVISIONAL, render_sources_panel
-from tests.helpers import ask
-from tests.security.support import bearer, post_json, receive_until_final, scoped_socket
+from tests.helpers import api_post, ask, assert_json_error, bearer
+from tests.sockets import receive_until_final, scoped_socket
 
 # --- (9) a random access matrix ---------------------------------------------------------
 
@@ -281,13 +281,13 @@ def test_feedback_on_someone_elses_answer_is_not_found_and_stores_nothing(
     headers = _credentials(client, asker, mode)
     before = _counts()
     path = f"/api/answers/{theirs.answer_id}/feedback"
-    response = post_json(client, path, {"rating": "down", "comment": "x"}, **headers)
+    response = api_post(client, path, {"rating": "down", "comment": "x"}, **headers)
     assert response.status_code == 404
     assert _counts() == before
     assert not Feedback.objects.filter(answer_id=theirs.answer_id).exists()
     # The control: my own answer takes feedback through the same route.
     path = f"/api/answers/{mine.answer_id}/feedback"
-    assert post_json(client, path, {"rating": "up"}, **headers).status_code == 200
+    assert api_post(client, path, {"rating": "up"}, **headers).status_code == 200
 
 
 @pytest.mark.django_db
@@ -300,15 +300,12 @@ def test_asking_in_someone_elses_conversation_is_not_found_and_stores_nothing(
     headers = {**_credentials(client, asker, mode), "HTTP_ACCEPT": accept}
     before = _counts()
     body = {"question": "and what about def?", "conversation_id": theirs.conversation_id}
-    response = post_json(client, "/api/answers", body, **headers)
-    assert response.status_code == 404
-    assert response["Content-Type"].startswith("application/json")
-    assert response.json()["code"] == "not_found"
+    assert_json_error(api_post(client, "/api/answers", body, **headers), 404, "not_found")
     assert _counts() == before
     assert Question.objects.filter(conversation_id=theirs.conversation_id).count() == 1
     # The control: my own conversation continues through the same route.
     body["conversation_id"] = mine.conversation_id
-    assert post_json(client, "/api/answers", body, **headers).status_code == 200
+    assert api_post(client, "/api/answers", body, **headers).status_code == 200
 
 
 @pytest.mark.django_db

@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, settings
 from schemathesis.checks import CHECKS
 
 from answers.api import api
-from answers.services import api_token_create
+from tests.helpers import bearer_token
 
 pytestmark = pytest.mark.django_db
 
@@ -46,7 +46,7 @@ def token(asker, settings):  # type: ignore[no-untyped-def]
     settings.ANSWERS = {
         **settings.ANSWERS, "QUESTIONS_PER_MINUTE": 100_000, "MAX_CONCURRENT_STREAMS": 1000,
     }  # fmt: skip
-    return api_token_create(user=asker, name="fuzz")[1]
+    return bearer_token(asker, name="fuzz")
 
 
 @schema.parametrize()

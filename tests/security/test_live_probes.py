@@ -11,9 +11,9 @@ import pytest
 from asgiref.sync import sync_to_async
 from websockets.exceptions import InvalidStatus
 
-from answers import services
 from answers.models import Question
-from tests.security.support import live_receive_until_final, live_socket, session_cookie
+from tests.helpers import assert_json_error, bearer_headers
+from tests.sockets import live_receive_until_final, live_socket, session_cookie
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -27,20 +27,13 @@ SURROGATE_BODY = b'{"question": "lambda \\ud800 x"}'
 
 @pytest.mark.parametrize("accept", ["application/json", "text/event-stream"])
 def test_an_unpaired_surrogate_is_a_422_over_http(daphne_live_server, asker, accept):
-    _, raw = services.api_token_create(user=asker, name="t")
-    headers = {
-        "Authorization": f"Bearer {raw}",
-        "Accept": accept,
-        "Content-Type": "application/json",
-    }
+    headers = {**bearer_headers(asker), "Accept": accept, "Content-Type": "application/json"}
     before = Question.objects.count()
     response = httpx.post(
         f"{daphne_live_server.url}/api/answers", content=SURROGATE_BODY, headers=headers,
         timeout=20,
     )  # fmt: skip
-    assert response.status_code == 422, response.text
-    assert response.headers["content-type"].startswith("application/json")
-    assert response.json()["code"] == "invalid_question"
+    assert_json_error(response, 422, "invalid_question")
     assert Question.objects.count() == before
 
 

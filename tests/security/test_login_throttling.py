@@ -10,7 +10,7 @@ import httpx
 import pytest
 from django.conf import settings
 
-from tests.security.support import session_cookie
+from tests.sockets import session_cookie
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 
 import pytest
-from asgiref.sync import async_to_sync
 from bs4 import BeautifulSoup
 from django.urls import reverse
 from hypothesis import HealthCheck, given
@@ -21,7 +20,7 @@ from answers import pipeline, presenters, services
 from answers.models import Answer
 from answers.panels import FINAL, PROVISIONAL, render_sources_panel
 from answers.rendering import render_answer_html, sanitize_html
-from tests.helpers import ask
+from tests.helpers import api_get, api_post, ask, start
 from tests.security.inert import (
     assert_inert,
     assert_page_has_no_injected_script,
@@ -29,13 +28,18 @@ from tests.security.inert import (
     event_handler_attributes,
     url_scheme,
 )
-from tests.security.support import bearer, post_json
 
 PREFIX = "answer-1-source"
 
 
 def render(text: str, sources: int = 2) -> str:
     return render_answer_html(text, anchor_prefix=PREFIX, source_count=sources)
+
+
+@pytest.fixture
+def inert(payload: str) -> BeautifulSoup:
+    """The answer ``payload`` (the test's parameter) rendered, and asserted inert."""
+    return assert_inert(render(payload))
 
 
 # --- (1) raw HTML in an answer ----------------------------------------------------------
@@ -79,11 +83,9 @@ RAW_HTML = [
 
 
 @pytest.mark.parametrize("payload", RAW_HTML)
-def test_raw_html_in_an_answer_is_inert(payload):
-    html = render(payload)
-    soup = assert_inert(html)
+def test_raw_html_in_an_answer_is_inert(inert):
     # The text survives as text: raw HTML is shown, not dropped silently into markup.
-    assert soup.get_text().strip()
+    assert inert.get_text().strip()
 
 
 def test_forged_citation_placeholders_in_the_text_never_become_links():
@@ -117,9 +119,8 @@ DANGEROUS_LINKS = [
 
 
 @pytest.mark.parametrize("payload", DANGEROUS_LINKS)
-def test_markdown_links_with_dangerous_schemes_are_neutralized(payload):
-    soup = assert_inert(render(payload))
-    for a in soup.find_all("a"):
+def test_markdown_links_with_dangerous_schemes_are_neutralized(inert):
+    for a in inert.find_all("a"):
         assert url_scheme(a.get("href", "")) in (None, "http", "https", "mailto")
 
 
@@ -200,7 +201,7 @@ def hostile_answer(client, asker, scripted):
     )
     assert result.document.url == HOSTILE_URL  # ingest stored it unvalidated: the attack
     scripted.script = ["x [1]"]
-    response = post_json(client, "/api/answers", {"question": "zeppelin quokka"}, **bearer(asker))
+    response = api_post(client, "/api/answers", {"question": "zeppelin quokka"}, user=asker)
     assert response.status_code == 200, response.content
     body = response.json()
     assert [r["document_id"] for r in body["references"]] == [result.document.pk]
@@ -216,7 +217,7 @@ def test_hostile_document_fields_are_inert_in_the_api_html(hostile_answer):
 
 def test_api_json_with_hostile_fields_cannot_be_sniffed_as_html(client, asker, hostile_answer):
     body, _ = hostile_answer
-    response = client.get(f"/api/answers/{body['answer_id']}", **bearer(asker))
+    response = api_get(client, f"/api/answers/{body['answer_id']}", user=asker)
     assert response["Content-Type"].startswith("application/json")
     assert response["X-Content-Type-Options"] == "nosniff"
     assert_inert(response.json()["html"])
@@ -233,7 +234,7 @@ def test_hostile_document_fields_are_inert_in_the_sources_panel(asker, hostile_a
     answer = Answer.objects.get(pk=body["answer_id"])
 
     payload = presenters.answer_payload(answer=answer, user=asker)
-    run = async_to_sync(pipeline.start_answer)(user=asker, question="zeppelin quokka")
+    run = start(user=asker, question="zeppelin quokka")
     for references, state in ((payload.references, FINAL), (run.references(), PROVISIONAL)):
         assert [r.document_id for r in references] == [document.pk]
         html = render_sources_panel(references=references, answer_id=answer.pk, state=state)

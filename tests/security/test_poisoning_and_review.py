@@ -12,7 +12,7 @@ from answers.citations import iter_markers
 from answers.models import Answer, Document, Feedback
 from tests.corpus import RESTRICTED
 from tests.helpers import ask
-from tests.security.support import session_socket
+from tests.sockets import session_socket
 
 pytestmark = pytest.mark.django_db
 

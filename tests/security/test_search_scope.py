@@ -19,7 +19,7 @@ from django.test import Client
 from answers import selectors, services
 from answers.models import Document, RetrievedSource
 from answers.registry import get_search_backend
-from tests.security.support import bearer, post_json
+from tests.helpers import api_post, bearer
 
 pytestmark = pytest.mark.django_db
 
@@ -40,7 +40,7 @@ def vault_memo(secret: str) -> None:
 
 def observed(client: Client, headers: dict[str, str], question: str) -> str:
     """The ask endpoint's JSON body as bytes, less what differs per ask (its ids)."""
-    response = post_json(client, "/api/answers", {"question": question}, **headers)
+    response = api_post(client, "/api/answers", {"question": question}, **headers)
     assert response.status_code == 200, response.content
     body: dict[str, Any] = response.json()
     answer_id = body.pop("answer_id")
@@ -93,7 +93,7 @@ def test_restricted_documents_cannot_push_a_public_one_out_of_the_candidates(
             group=vault,
             chunk_size=1200,
         )
-    response = post_json(client, "/api/answers", {"question": "okapi"}, **bearer(asker))
+    response = api_post(client, "/api/answers", {"question": "okapi"}, user=asker)
     assert response.status_code == 200, response.content
     body = response.json()
     assert body["status"] == "complete", body
@@ -122,7 +122,7 @@ def test_a_backend_that_cannot_scope_still_never_shows_what_the_asker_may_not_vi
     # every source the asker may not view (only the scores leak, as E013 says).
     settings.ANSWERS = {**settings.ANSWERS, "SEARCH_BACKEND": f"{__name__}.UnscopedBackend"}
     question = "What is the Nightjar zeppelin launch plan?"
-    response = post_json(client, "/api/answers", {"question": question}, **bearer(asker))
+    response = api_post(client, "/api/answers", {"question": question}, user=asker)
     assert response.status_code == 200, response.content
     assert "Nightjar" not in json.dumps(response.json()["references"])
     assert "hangar nine" not in response.json()["text"]

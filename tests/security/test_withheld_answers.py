@@ -15,11 +15,11 @@ from bs4 import BeautifulSoup
 from django.contrib.auth.models import Group
 from django.core.cache import cache
 
-from answers import pipeline, services
+from answers import pipeline
 from answers.models import Answer
-from tests.helpers import ask
-from tests.llm_server import FakeLLM
-from tests.security.support import receive_until_final, scoped_socket
+from tests.helpers import ask, bearer_headers
+from tests.llm_server import serving
+from tests.sockets import receive_until_final, scoped_socket
 from tests.test_sse import SSE, iter_events
 
 QUESTION = "Where does the Nightjar zeppelin launch from?"
@@ -50,8 +50,7 @@ def test_a_revoked_answer_is_withheld_from_the_api_and_the_page(client, member):
     done = ask(user=member, question=QUESTION)
     assert isinstance(done, pipeline.DoneEvent)
     answer_id = done.answer.answer_id
-    _, raw = services.api_token_create(user=member, name="t")
-    headers = {"Authorization": f"Bearer {raw}"}
+    headers = bearer_headers(member, name="t")
     before = client.get(f"/api/answers/{answer_id}", headers=headers).json()
     assert SECRET in before["text"] and before["withheld"] is False  # not vacuous
 
@@ -77,8 +76,7 @@ def http(daphne_live_server) -> Iterator[httpx.Client]:  # type: ignore[no-untyp
 
 
 def test_a_revoked_answer_is_withheld_from_an_sse_resume(http, member):  # type: ignore[no-untyped-def]
-    _, raw = services.api_token_create(user=member, name="t")
-    headers = {"Authorization": f"Bearer {raw}"}
+    headers = bearer_headers(member, name="t")
     with http.stream(
         "POST", "/api/answers", json={"question": QUESTION}, headers={**SSE, **headers}
     ) as response:
@@ -130,18 +128,9 @@ async def test_a_revoked_answer_is_withheld_from_a_socket_resume_and_stored_done
 @pytest.fixture
 def fake_llm(settings):  # type: ignore[no-untyped-def]
     """A real local OpenAI-protocol server: what it receives is what a model would read."""
-    server = FakeLLM()
     deltas = ["The Nightjar zeppelin launches from ", "hangar nine [1]."]
-    server.behaviours = [{"kind": "ok", "deltas": deltas}]
-    settings.ANSWERS = {
-        **settings.ANSWERS,
-        "PROVIDER": "openai",
-        "MODEL": "local-test",
-        "OPENAI_BASE_URL": server.base_url,
-        "OPENAI_API_KEY": "test-key",
-    }
-    yield server
-    server.close()
+    with serving(settings, {"kind": "ok", "deltas": deltas}) as server:
+        yield server
 
 
 def _prompt_text(request: dict[str, Any]) -> str:
