@@ -186,13 +186,12 @@ class AnswerAdmin(admin.ModelAdmin):
         # Ranks are positions in this list: a gap would tell where a hidden one was.
         body = format_html_join(
             "",
-            "<tr><td>{}</td><td><a href='{}'>{}</a></td><td>{}</td><td>{}</td><td>{}</td>"
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>"
             "<td>{}</td><td>{}</td><td>{}</td></tr>",
             (
                 (
                     position,
-                    reverse("admin:answers_document_change", args=[row.document_id]),
-                    row.document.title,
+                    self._document_cell(row),
                     row.chunk.ordinal if row.chunk else "—",
                     f"{row.score:.3f}",
                     "—" if row.rerank_score is None else f"{row.rerank_score:.3f}",
@@ -208,6 +207,16 @@ class AnswerAdmin(admin.ModelAdmin):
             "<th>Rerank</th><th>Prompt [n]</th><th>Fate</th><th>Final [n]</th></tr></thead>"
             "<tbody>{}</tbody></table>",
             body,
+        )
+
+    @staticmethod
+    def _document_cell(row: Any) -> SafeString:
+        if row.document is None:  # deleted since (ADR 0022): the title as it was
+            return format_html("{} <em>(removed)</em>", row.document_title or "a document")
+        return format_html(
+            "<a href='{}'>{}</a>",
+            reverse("admin:answers_document_change", args=[row.document_id]),
+            row.document.title,
         )
 
     def get_object(self, request: HttpRequest, object_id: str, from_field: Any = None) -> Any:

@@ -114,6 +114,17 @@ class Question(models.Model):
         return self.text[:80]
 
 
+class Passage(models.Model):
+    """A passage's text as an answer was written from it, stored once per distinct text
+    (``digest`` is its SHA-256), so re-ingesting a document never changes old evidence."""
+
+    digest = models.CharField(max_length=64, unique=True)
+    text = models.TextField()
+
+    def __str__(self) -> str:
+        return self.text[:80]
+
+
 class RetrievedSource(models.Model):
     """One retrieved chunk and its fate: numbered for the prompt, or dropped and why."""
 
@@ -126,8 +137,21 @@ class RetrievedSource(models.Model):
     question = models.ForeignKey(
         Question, on_delete=models.CASCADE, related_name="retrieved_sources"
     )
-    document = models.ForeignKey(Document, on_delete=models.CASCADE, related_name="+")
+    # A record of what was retrieved outlives the document: deleting it leaves the id (no
+    # constraint, nothing cascades), and the answer then says the source was removed.
+    document = models.ForeignKey(
+        Document, on_delete=models.DO_NOTHING, db_constraint=False, null=True, related_name="+"
+    )
     chunk = models.ForeignKey(Chunk, on_delete=models.SET_NULL, null=True, related_name="+")
+    # Snapshots taken when the answer is finalized, for every source in the prompt.
+    passage = models.ForeignKey(
+        Passage, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    document_title = models.CharField(max_length=300, blank=True)
+    chunk_ordinal = models.PositiveIntegerField(null=True, blank=True)
+    document_public = models.BooleanField(
+        default=False, help_text="Everyone who may ask could view the document then."
+    )
     rank = models.PositiveIntegerField(help_text="1-based position in the search results.")
     score = models.FloatField(help_text="Normalized search score, 0..1.")
     rerank_score = models.FloatField(null=True, blank=True)

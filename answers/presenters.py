@@ -43,11 +43,13 @@ def reference_url(*, document_id: int, url: str, ordinal: int | None) -> str:
 
 
 def answer_references(*, answer: Answer, user: AnyUser) -> list[Reference]:
-    """The stored final Sources list, re-checking each document's access for ``user``."""
+    """The stored final Sources list, re-checking each document's access for ``user``, each
+    with the evidence the answer was written from and its status now (ADR 0022)."""
     rows = selectors.answer_final_sources(answer=answer)
     visible = selectors.document_visible_ids(
-        user=user, document_ids={row.document_id for row in rows}
+        user=user, document_ids={row.document_id for row in rows if row.document_id}
     )
+    current = selectors.passages_still_current(rows=rows)
     prefix = answer_anchor_prefix(answer_id=answer.pk)
     grouped: dict[int, list[RetrievedSource]] = {}
     for row in rows:
@@ -56,12 +58,15 @@ def answer_references(*, answer: Answer, user: AnyUser) -> list[Reference]:
     for number, members in grouped.items():
         first = members[0]
         anchor = source_anchor(prefix, number)
-        if first.document_id not in visible:
+        document = first.document
+        # Removed: shown from its snapshot only if everyone could view it then.
+        shown = first.document_public if document is None else first.document_id in visible
+        if not shown:
             # Keep the number so the text's markers still line up, but show nothing of it.
             references.append(
                 Reference(
                     number,
-                    first.document_id,
+                    first.document_id or 0,
                     "Source no longer available",
                     "",
                     0.0,
@@ -71,23 +76,60 @@ def answer_references(*, answer: Answer, user: AnyUser) -> list[Reference]:
                 )
             )
             continue
-        chunks = sorted((m.chunk for m in members if m.chunk), key=lambda c: c.ordinal)
+        members.sort(key=_document_order)
+        if document is None:
+            status, url = "removed", ""
+        else:
+            changed = any(not _passage_current(m, current) for m in members)
+            status = "changed" if changed else "current"
+            ordinals = [m.chunk.ordinal for m in members if m.chunk]
+            url = reference_url(
+                document_id=document.pk,
+                url=document.url,
+                # A changed passage's old position means nothing in the new version.
+                ordinal=ordinals[0] if ordinals and not changed else None,
+            )
         references.append(
             Reference(
                 index=number,
-                document_id=first.document_id,
-                title=first.document.title,
-                url=reference_url(
-                    document_id=first.document_id,
-                    url=first.document.url,
-                    ordinal=chunks[0].ordinal if chunks else None,
-                ),
+                document_id=first.document_id or 0,
+                title=_title_of(first),
+                url=url,
                 score=max(m.score for m in members),
-                excerpt=excerpt_of(c.text for c in chunks),
+                excerpt=excerpt_of(text for m in members if (text := _passage_text(m))),
                 anchor=anchor,
+                source_status=status,
             )
         )
     return references
+
+
+def _document_order(row: RetrievedSource) -> tuple[int, int]:
+    """Passages in the order the document had them (the snapshot's position, else the
+    live chunk's; search rank breaks ties and stands in when neither is known)."""
+    if row.chunk_ordinal is not None:
+        return (row.chunk_ordinal, row.rank)
+    return (row.chunk.ordinal if row.chunk is not None else row.rank, row.rank)
+
+
+def _passage_text(row: RetrievedSource) -> str:
+    """The passage as the answer was written from it; answers older than snapshots
+    (migration 0009) have only the live chunk, while it exists."""
+    if row.passage is not None:
+        return row.passage.text
+    return row.chunk.text if row.chunk is not None else ""
+
+
+def _passage_current(row: RetrievedSource, current: set[tuple[int, str]]) -> bool:
+    if row.passage is None:
+        return row.chunk is not None  # no snapshot: current while its chunk lives
+    return (row.document_id, row.passage.text) in current
+
+
+def _title_of(row: RetrievedSource) -> str:
+    if row.document is not None:
+        return row.document.title
+    return row.document_title or "Removed document"
 
 
 def answer_payload(*, answer: Answer, user: AnyUser) -> AnswerPayload:

@@ -167,9 +167,14 @@ def _hidden_prompt_sources(
 
     Every source in the prompt counts, not only the cited ones: the text may quote a
     source it does not cite."""
-    return RetrievedSource.objects.filter(
+    hidden = RetrievedSource.objects.filter(
         question_id=question_id, prompt_number__isnull=False
     ).exclude(document__in=document_list_visible(user=user).values("pk"))
+    # A removed document can be viewed by no one now; its snapshot stays shown only if
+    # everyone could view the document when the answer was written (ADR 0022).
+    return hidden.exclude(
+        Q(document_public=True) & ~Exists(Document.objects.filter(pk=OuterRef("document_id")))
+    )
 
 
 def answer_withheld_q(*, user: AnyUser) -> Exists:
@@ -190,9 +195,22 @@ def answer_final_sources(*, answer: Answer) -> list[RetrievedSource]:
     presenter re-checks each document for the viewer)."""
     return list(
         RetrievedSource.objects.filter(question_id=answer.question_id, final_number__isnull=False)
-        .select_related("document", "chunk")
+        .select_related("document", "chunk", "passage")
         .order_by("final_number", "rank")
     )
+
+
+def passages_still_current(*, rows: Iterable[RetrievedSource]) -> set[tuple[int, str]]:
+    """``(document_id, text)`` of the rows' snapshotted passages that their documents still
+    hold word for word (in any chunk: re-chunking an unchanged passage keeps it current)."""
+    wanted = {(row.document_id, row.passage.text) for row in rows if row.passage and row.document}
+    if not wanted:
+        return set()
+    found = Chunk.objects.filter(
+        document_id__in={document_id for document_id, _ in wanted},
+        text__in={text for _, text in wanted},
+    ).values_list("document_id", "text")
+    return {pair for pair in found if pair in wanted}
 
 
 def api_token_get_active(*, token_hash: str) -> ApiToken | None:

@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 
 from django.contrib.auth.models import Group, User
 from django.db import IntegrityError, transaction
-from django.db.models import Case, F, IntegerField, Max, Value, When
+from django.db.models import BooleanField, Case, CharField, F, IntegerField, Max, Value, When
 from django.utils import timezone
 
 from .citations import FinalizedCitations, finalize_citations, strip_out_of_range_markers
@@ -24,6 +24,7 @@ from .models import (
     Conversation,
     Document,
     Feedback,
+    Passage,
     Question,
     RetrievedSource,
 )
@@ -268,6 +269,7 @@ def answer_complete(
                 default=Value(False),
             ),
         )
+        _prompt_sources_snapshot(question_id=answer.question_id, sources=sources)
     answer.raw_text, answer.final_text, answer.status, answer.error = (
         raw_text,
         finalized.text,
@@ -277,6 +279,46 @@ def answer_complete(
     answer.citations_fallback = finalized.fallback and bool(sources)
     answer.first_token_ms, answer.total_ms, answer.completed_at = first_token_ms, total_ms, now
     return CompletedAnswer(answer=answer, finalized=finalized)
+
+
+def _prompt_sources_snapshot(*, question_id: int, sources: Sequence[NumberedSource]) -> None:
+    """Keep what the answer was written from as it was (ADR 0022): each prompt passage's
+    text (stored once per distinct text), its document's title, its position, and whether
+    everyone could view the document. Four statements, whatever the number of sources."""
+    members = [candidate for source in sources for candidate in source.candidates]
+    if not members:
+        return
+    digests = {candidate.rank: content_hash(candidate.text) for candidate in members}
+    texts = {digests[candidate.rank]: candidate.text for candidate in members}
+    Passage.objects.bulk_create(
+        [Passage(digest=digest, text=text) for digest, text in texts.items()],
+        ignore_conflicts=True,  # already kept for an earlier answer
+    )
+    passage_ids = dict(Passage.objects.filter(digest__in=texts).values_list("digest", "pk"))
+    public = set(
+        Document.objects.filter(
+            pk__in={c.document_id for c in members}, access=Document.Access.EVERYONE
+        ).values_list("pk", flat=True)
+    )
+    RetrievedSource.objects.filter(question_id=question_id, rank__in=digests).update(
+        passage_id=Case(
+            *[When(rank=c.rank, then=Value(passage_ids[digests[c.rank]])) for c in members],
+            output_field=IntegerField(),
+        ),
+        document_title=Case(
+            *[When(rank=c.rank, then=Value(c.title)) for c in members],
+            output_field=CharField(),
+        ),
+        chunk_ordinal=Case(
+            *[When(rank=c.rank, then=Value(c.ordinal)) for c in members],
+            output_field=IntegerField(),
+        ),
+        document_public=Case(
+            *[When(rank=c.rank, then=Value(c.document_id in public)) for c in members],
+            default=Value(False),
+            output_field=BooleanField(),
+        ),
+    )
 
 
 def answer_mark_reviewed(*, answer: Answer, reviewer: User, reviewed: bool, note: str) -> Answer:

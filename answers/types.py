@@ -108,6 +108,10 @@ class Reference(PlainData):
     excerpt: str
     anchor: str = ""
     available: bool = True
+    # A stored answer's evidence against its documents now (ADR 0022): "current" (every
+    # cited passage still reads the same), "changed" (the excerpt is the passage as it
+    # was; ``url`` is the current version) or "removed" (the document is gone).
+    source_status: str = "current"
 
     def __post_init__(self) -> None:
         # Kept as shown (four places), so that a reference read back from a stream log or

@@ -23,7 +23,10 @@ ANSWER_KEYS = {
     *("answer_id", "conversation_id", "turn", "status", "text", "html", "references"),
     "withheld",
 }
-REFERENCE_KEYS = {"index", "document_id", "title", "url", "score", "excerpt", "anchor", "available"}
+REFERENCE_KEYS = {
+    *("index", "document_id", "title", "url", "score", "excerpt", "anchor", "available"),
+    "source_status",
+}
 
 
 def ask(client: Client, headers: dict[str, str], question: str, **extra: object):  # type: ignore[no-untyped-def]
