@@ -25,13 +25,9 @@ ORIGIN = (b"origin", b"http://testserver")
 Header = tuple[bytes, bytes]
 
 
-def raw_socket(
-    headers: Iterable[Header], *, path: str = PATH, subprotocols: list[str] | None = None
-) -> WebsocketCommunicator:
+def raw_socket(headers: Iterable[Header], *, path: str = PATH) -> WebsocketCommunicator:
     """A socket whose handshake carries exactly ``headers`` (nothing added)."""
-    return WebsocketCommunicator(
-        application, path, headers=list(headers), subprotocols=subprotocols
-    )
+    return WebsocketCommunicator(application, path, headers=list(headers))
 
 
 def _headers(origin: Header | None, host: bytes, extra: Iterable[Header]) -> list[Header]:
