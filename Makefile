@@ -43,7 +43,7 @@ typecheck: $(VENV)/.installed-dev
 pytest: $(VENV)/.installed-dev
 	$(BIN)/pytest $(PYTEST_ARGS)
 
-# Retrieval figures on the shipped question sets (docs/evaluation.md), in a database of
+# Retrieval, citation and support figures on the shipped sets (docs/evaluation.md), in a database of
 # its own: both corpora ingested (unchanged documents are skipped), then every set.
 EVAL_DATABASE_URL ?= sqlite:///$(CURDIR)/eval-db.sqlite3
 eval: export DATABASE_URL = $(EVAL_DATABASE_URL)
@@ -53,7 +53,8 @@ eval: $(VENV)/.installed
 	$(BIN)/python manage.py ingest --python-docs eval/corpora/handbook --no-progress
 	$(BIN)/python manage.py evaluate eval/python-docs.dev.jsonl eval/python-docs.test.jsonl \
 	  eval/handbook.dev.jsonl eval/handbook.test.jsonl \
-	  eval/off-topic.dev.jsonl eval/off-topic.test.jsonl $(EVAL_ARGS)
+	  eval/off-topic.dev.jsonl eval/off-topic.test.jsonl \
+	  --answers --support-labels eval/support.jsonl $(EVAL_ARGS)
 
 bench: $(VENV)/.installed-dev
 	$(BIN)/python -m bench

@@ -20,6 +20,7 @@ from django.utils.safestring import SafeString
 from . import selectors, services
 from .conf import answers_settings
 from .models import Answer, ApiToken, Document, Feedback
+from .support import SUPPORTED
 
 
 class FeedbackInline(admin.TabularInline):
@@ -36,6 +37,29 @@ class FeedbackInline(admin.TabularInline):
         return False
 
 
+class SupportFilter(admin.SimpleListFilter):
+    """By the weakest citation's support (ADR 0023); sort the column for weakest first."""
+
+    title = "citation support"
+    parameter_name = "support"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [
+            ("weak", f"Weak (a citation under {SUPPORTED:.0%})"),
+            ("strong", f"Every citation at {SUPPORTED:.0%} or more"),
+            ("none", "Cites nothing"),
+        ]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Answer]) -> QuerySet[Answer]:
+        if self.value() == "weak":
+            return queryset.filter(support_min__lt=SUPPORTED)
+        if self.value() == "strong":
+            return queryset.filter(support_min__gte=SUPPORTED)
+        if self.value() == "none":
+            return queryset.filter(support_min__isnull=True)
+        return queryset
+
+
 @admin.register(Answer)
 class AnswerAdmin(admin.ModelAdmin):
     list_display = (
@@ -45,6 +69,7 @@ class AnswerAdmin(admin.ModelAdmin):
         "reason",
         "retrieved",
         "cited",
+        "support",
         "feedback_summary",
         "retrieval_ms",
         "first_token_ms",
@@ -52,7 +77,14 @@ class AnswerAdmin(admin.ModelAdmin):
         "reviewed",
         "created_at",
     )
-    list_filter = ("status", "reviewed", "citations_fallback", "provider", "created_at")
+    list_filter = (
+        "status",
+        SupportFilter,
+        "reviewed",
+        "citations_fallback",
+        "provider",
+        "created_at",
+    )
     search_fields = ("question__text", "question__user__username", "final_text")
     date_hierarchy = "created_at"
     list_select_related = ("question", "question__user")
@@ -65,6 +97,7 @@ class AnswerAdmin(admin.ModelAdmin):
         ("Question", {"fields": ("question_text", "asked_by", "conversation", "turn")}),
         ("Outcome", {"fields": ("status", "error", "citations_fallback", "provider", "model")}),
         ("Text", {"fields": ("texts_side_by_side",)}),
+        ("Citation support", {"fields": ("support_mean", "support_table")}),
         ("Retrieved sources", {"fields": ("searched_for", "rewrite", "rerank", "sources_table")}),
         ("Timings (ms)", {"fields": ("retrieval_ms", "first_token_ms", "total_ms")}),
         ("Review", {"fields": ("reviewed", "review_note", "reviewed_by", "reviewed_at")}),
@@ -80,6 +113,8 @@ class AnswerAdmin(admin.ModelAdmin):
         "provider",
         "model",
         "texts_side_by_side",
+        "support_mean",
+        "support_table",
         "searched_for",
         "rewrite",
         "rerank",
@@ -152,6 +187,43 @@ class AnswerAdmin(admin.ModelAdmin):
             '<pre data-text="final">{}</pre></div>',
             obj.raw_text,
             obj.final_text,
+        )
+
+    @admin.display(description="Support (weakest)", ordering="support_min")
+    def support(self, obj: Answer) -> str:
+        return "—" if obj.support_min is None else f"{obj.support_min:.2f}"
+
+    @admin.display(description="Each cited claim beside its passage")
+    def support_table(self, obj: Answer) -> SafeString:
+        reviewer = getattr(obj, "admin_reviewer", None) or AnonymousUser()
+        passages: dict[int, list[str]] = {}
+        for row in selectors.retrieved_sources_for_review(
+            question_id=obj.question_id, reviewer=reviewer
+        ):
+            if row.final_number is not None:
+                text = row.passage.text if row.passage else (row.chunk.text if row.chunk else "")
+                passages.setdefault(row.final_number, []).append(text)
+        citations = selectors.answer_citations(answer=obj)
+        if not citations:
+            return format_html("<p>{}</p>", "The answer cites nothing.")
+        body = format_html_join(
+            "",
+            "<tr class='{}'><td>{}</td><td>[{}]</td><td>{}</td><td>{}</td></tr>",
+            (
+                (
+                    "unsupported" if c.support < SUPPORTED else "supported",
+                    c.claim,
+                    c.number,
+                    f"{c.support:.2f}",
+                    " … ".join(passages.get(c.number, ["(a source you may not view)"])),
+                )
+                for c in citations
+            ),
+        )
+        return format_html(
+            "<table class='answers-support'><thead><tr><th>Claim</th><th>Cites</th>"
+            "<th>Support</th><th>Passage</th></tr></thead><tbody>{}</tbody></table>",
+            body,
         )
 
     @admin.display(description="Searched for")

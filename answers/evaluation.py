@@ -15,10 +15,17 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from asgiref.sync import async_to_sync
 from django.contrib.auth.models import User
 
-from .models import Document
+from .citations import finalize_citations, strip_out_of_range_markers
+from .models import Chunk, Document
 from .pipeline import retrieve_sources
+from .prompt import Prompt
+from .providers.base import Usage
+from .registry import get_provider
+from .support import SUPPORTED, CitationQuality, citation_quality, claim_support, passage_terms
+from .types import NumberedSource
 
 
 class EvaluationError(Exception):
@@ -176,3 +183,145 @@ def evaluation_metrics(*, name: str, results: Sequence[EvalResult]) -> Metrics:
     for result in results:
         metrics.add(result)
     return metrics
+
+
+# --- Answers: citation quality and the first sentence (``--answers``) ----------------------
+
+
+@dataclass(frozen=True)
+class AnswerCheck:
+    item: EvalQuestion
+    quality: CitationQuality
+    # The first cited claim cites an expected document (None: the answer cites nothing).
+    first_expected: bool | None
+
+
+async def _generate(prompt: Prompt) -> str:
+    parts = [d async for d in get_provider().stream(prompt) if not isinstance(d, Usage)]
+    return "".join(parts)
+
+
+def evaluation_answer_check(*, item: EvalQuestion, user: User) -> AnswerCheck | None:
+    """Generate the answer to ``item`` with the configured provider (stores nothing) and
+    measure its citations; None when retrieval finds no source (no answer to measure)."""
+    sources: list[NumberedSource] = retrieve_sources(user=user, question=item.question).sources
+    if not sources:
+        return None
+    prompt = Prompt(question=item.question, sources=tuple(s.as_prompt_source() for s in sources))
+    raw = async_to_sync(_generate)(prompt)
+    finalized = finalize_citations(strip_out_of_range_markers(raw, len(sources)), sources)
+    if finalized.fallback:
+        return AnswerCheck(item, CitationQuality(0, 0, 0, 0), None)
+    passages = {
+        number: [c.text for c in source.candidates]
+        for number, source in enumerate(finalized.sources, start=1)
+    }
+    quality = citation_quality(finalized.text, passages)
+    # Final numbers are in first-citation order: [1] is what the first claim cites.
+    first = finalized.sources[0].document_id in item.expect_ids if quality.claims else None
+    return AnswerCheck(item, quality, first)
+
+
+@dataclass(frozen=True)
+class AnswerMetrics:
+    name: str
+    answers: int
+    recall: float | None
+    precision: float | None
+    first_expected: float | None
+
+
+def evaluation_answer_metrics(*, name: str, checks: Sequence[AnswerCheck]) -> AnswerMetrics:
+    claims = sum(c.quality.claims for c in checks)
+    citations = sum(c.quality.citations for c in checks)
+    judged = [c.first_expected for c in checks if c.first_expected is not None]
+    return AnswerMetrics(
+        name=name,
+        answers=len(checks),
+        recall=sum(c.quality.supported_claims for c in checks) / claims if claims else None,
+        precision=sum(c.quality.relevant for c in checks) / citations if citations else None,
+        first_expected=sum(judged) / len(judged) if judged else None,
+    )
+
+
+# --- Calibration of the support score (``--support-labels``) ------------------------------
+
+
+@dataclass(frozen=True)
+class SupportLabel:
+    line: int
+    claim: str
+    source: str
+    supported: bool
+
+
+def support_labels_load(*, path: Path) -> list[SupportLabel]:
+    """Hand-labelled ``{"claim", "source", "supported"}`` lines; sources must exist."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise EvaluationError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+    known = set(Document.objects.values_list("source_key", flat=True))
+    labels = []
+    for number, raw in enumerate(text.splitlines(), start=1):
+        if not raw.strip() or raw.lstrip().startswith("#"):
+            continue
+        try:
+            data = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise EvaluationError(f"{path}:{number}: not valid JSON ({exc.msg})") from None
+        if not (
+            isinstance(data, dict)
+            and isinstance(data.get("claim"), str)
+            and isinstance(data.get("source"), str)
+            and isinstance(data.get("supported"), bool)
+        ):
+            raise EvaluationError(
+                f"{path}:{number}: expected {{claim: str, source: str, supported: bool}}"
+            )
+        if data["source"] not in known:
+            raise EvaluationError(f"{path}:{number}: no document {data['source']!r}")
+        labels.append(SupportLabel(number, data["claim"], data["source"], data["supported"]))
+    if not labels:
+        raise EvaluationError(f"{path}: no labels")
+    return labels
+
+
+@dataclass(frozen=True)
+class SupportAgreement:
+    labels: int
+    agree: int
+    # Of the claims the score calls unsupported, the share a person did too; and of the
+    # claims a person called unsupported, the share the score caught.
+    flagged_precision: float | None
+    flagged_recall: float | None
+    disagreements: tuple[tuple[SupportLabel, float], ...]
+
+
+def support_agreement(*, labels: Sequence[SupportLabel]) -> SupportAgreement:
+    texts: dict[str, list[str]] = {}
+    for key, chunk_text in Chunk.objects.filter(
+        document__source_key__in={label.source for label in labels}
+    ).values_list("document__source_key", "text"):
+        texts.setdefault(key, []).append(chunk_text)
+    terms = {key: passage_terms(" ".join(parts)) for key, parts in texts.items()}
+    agree = flagged = flagged_right = unsupported = 0
+    disagreements = []
+    for label in labels:
+        score = claim_support(label.claim, terms.get(label.source, frozenset()))
+        says_supported = score >= SUPPORTED
+        if says_supported == label.supported:
+            agree += 1
+        else:
+            disagreements.append((label, score))
+        if not says_supported:
+            flagged += 1
+            flagged_right += not label.supported
+        unsupported += not label.supported
+    return SupportAgreement(
+        labels=len(labels),
+        agree=agree,
+        flagged_precision=flagged_right / flagged if flagged else None,
+        flagged_recall=flagged_right / unsupported if unsupported else None,
+        disagreements=tuple(disagreements),
+    )

@@ -195,6 +195,10 @@ class Answer(models.Model):
     total_ms = models.PositiveIntegerField(null=True, blank=True)
     prompt_tokens = models.PositiveIntegerField(null=True, blank=True)
     completion_tokens = models.PositiveIntegerField(null=True, blank=True)
+    # How well the cited passages support the cited sentences (answers.support, ADR 0023):
+    # the weakest citation and the mean; empty when the answer cites nothing.
+    support_min = models.FloatField(null=True, blank=True, db_index=True)
+    support_mean = models.FloatField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     completed_at = models.DateTimeField(null=True, blank=True)
     reviewed = models.BooleanField(default=False)
@@ -220,6 +224,22 @@ class Answer(models.Model):
 
     def __str__(self) -> str:
         return f"Answer {self.pk} ({self.status})"
+
+
+class Citation(models.Model):
+    """One citation of a finalized answer and how well its passage supports the claim."""
+
+    answer = models.ForeignKey(Answer, on_delete=models.CASCADE, related_name="citations")
+    sentence = models.PositiveIntegerField(help_text="0-based position among cited claims.")
+    claim = models.TextField()
+    number = models.PositiveIntegerField(help_text="[n] in the final text.")
+    support = models.FloatField(help_text="0..1: the claim's share found in the passage.")
+
+    class Meta:
+        ordering = ["answer_id", "sentence", "number"]
+
+    def __str__(self) -> str:
+        return f"[{self.number}] {self.claim[:60]}"
 
 
 class Feedback(models.Model):

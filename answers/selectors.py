@@ -13,7 +13,16 @@ from django.contrib.auth.models import AnonymousUser, User
 from django.db.models import Count, Exists, OuterRef, Q, QuerySet
 
 from .conf import answers_settings
-from .models import Answer, ApiToken, Chunk, Conversation, Document, Question, RetrievedSource
+from .models import (
+    Answer,
+    ApiToken,
+    Chunk,
+    Citation,
+    Conversation,
+    Document,
+    Question,
+    RetrievedSource,
+)
 from .prompt import PriorTurn
 from .types import Candidate
 
@@ -198,6 +207,11 @@ def answer_final_sources(*, answer: Answer) -> list[RetrievedSource]:
         .select_related("document", "chunk", "passage")
         .order_by("final_number", "rank")
     )
+
+
+def answer_citations(*, answer: Answer) -> list[Citation]:
+    """The answer's citations with their support, in text order (ADR 0023)."""
+    return list(Citation.objects.filter(answer=answer).order_by("sentence", "number"))
 
 
 def passages_still_current(*, rows: Iterable[RetrievedSource]) -> set[tuple[int, str]]:

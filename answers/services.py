@@ -21,6 +21,7 @@ from .models import (
     Answer,
     ApiToken,
     Chunk,
+    Citation,
     Conversation,
     Document,
     Feedback,
@@ -30,6 +31,7 @@ from .models import (
 )
 from .providers.base import Usage
 from .selectors import api_token_get_active
+from .support import citations_support
 from .types import Candidate, NumberedSource
 
 TOKEN_PREFIX = "ca_"  # noqa: S105 (a prefix, not a secret)
@@ -241,6 +243,19 @@ def answer_complete(
         source.number: final for final, source in enumerate(finalized.sources, start=1)
     }
     cited = set() if finalized.fallback else set(final_numbers)
+    # Each citation's support by the passage it cites (the final numbers, ADR 0023).
+    support = (
+        []
+        if finalized.fallback
+        else citations_support(
+            finalized.text,
+            {
+                final: [c.text for c in source.candidates]
+                for final, source in enumerate(finalized.sources, start=1)
+            },
+        )
+    )
+    scores = [citation.score for citation in support]
     now = timezone.now()
     with transaction.atomic():
         Answer.objects.filter(pk=answer.pk).update(
@@ -254,6 +269,21 @@ def answer_complete(
             completed_at=now,
             prompt_tokens=usage.prompt_tokens if usage else None,
             completion_tokens=usage.completion_tokens if usage else None,
+            support_min=min(scores) if scores else None,
+            support_mean=round(sum(scores) / len(scores), 4) if scores else None,
+        )
+        Citation.objects.filter(answer_id=answer.pk).delete()  # finalized once; to be sure
+        Citation.objects.bulk_create(
+            [
+                Citation(
+                    answer_id=answer.pk,
+                    sentence=c.sentence,
+                    claim=c.claim,
+                    number=c.number,
+                    support=c.score,
+                )
+                for c in support
+            ]
         )
         # One UPDATE whatever the number of sources.
         RetrievedSource.objects.filter(

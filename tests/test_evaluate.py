@@ -13,6 +13,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from tests.corpus import ingest_text
+from tests.llm_server import serving
 
 pytestmark = pytest.mark.django_db
 
@@ -174,3 +175,70 @@ def test_shipped_test_split_holds_the_floors() -> None:
     ]
     output = evaluate(*[ROOT / name for name in floors["files"]], *options)
     assert row(output, "all")[0] == "105"
+
+
+def answers_row(output: str, name: str) -> list[str]:
+    table = output.split("\nanswers ", 1)[1]
+    return row(table, name)[-4:]
+
+
+def test_answers_report_citation_quality_and_the_first_sentence(
+    gadgets: None, tmp_path: Path
+) -> None:
+    path = write_set(tmp_path, "small.jsonl", SMALL)
+    # The offline provider quotes its sources: every claim is supported by what it cites.
+    n, recall, precision, first = answers_row(evaluate(path, "--answers"), str(path))
+    # Two on-topic questions are answered (one abstains); the quimbly one cites quimbly.
+    assert (n, recall, precision, first) == ("2", "1.000", "1.000", "0.500")
+
+
+def test_a_model_that_cites_the_wrong_source_loses_citation_quality(
+    gadgets: None, tmp_path: Path, settings
+) -> None:  # type: ignore[no-untyped-def]
+    wrong = {"kind": "ok", "deltas": ["Quimbly sprockets want goose fat [1]."]}
+    with serving(settings, wrong):
+        path = write_set(tmp_path, "one.jsonl", SMALL[:1])  # retrieves zorblat only
+        n, recall, precision, first = answers_row(evaluate(path, "--answers"), str(path))
+    assert (n, recall, precision, first) == ("1", "0.000", "0.000", "1.000")
+
+
+def test_support_labels_agreement_and_its_disagreements(tmp_path: Path) -> None:
+    labels = write_set(
+        tmp_path,
+        "labels.jsonl",
+        [
+            {
+                "claim": "Lambda expressions create anonymous functions",
+                "source": "python-docs:lambda",
+                "supported": True,
+            },
+            {"claim": "Lambdas run on the GPU", "source": "python-docs:lambda", "supported": False},
+            # Labelled wrongly on purpose: the score disagrees, and the line is listed.
+            {
+                "claim": "Lambda expressions yield a function object",
+                "source": "python-docs:lambda",
+                "supported": False,
+            },
+        ],
+    )
+    output = evaluate("--support-labels", labels)
+    assert "support score vs 3 hand labels" in output and "agreement 0.667" in output
+    assert "flagged precision 1.000, flagged recall 0.500" in output
+    assert "line 3: 1.00, labelled unsupported: Lambda expressions yield" in output
+    assert "hit@1" not in output  # no question sets given: no retrieval table
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ('{"claim": "x", "source": "python-docs:lambda"}', "expected {claim: str"),
+        ('{"claim": "x", "source": "nope", "supported": true}', "no document 'nope'"),
+        ("{not json", "not valid JSON"),
+    ],
+)
+def test_bad_support_labels_name_the_line(tmp_path: Path, line: str, message: str) -> None:
+    path = write_set(tmp_path, "labels.jsonl", [line])
+    with pytest.raises(CommandError, match=re.escape(f"{path}:1: {message}")):
+        evaluate("--support-labels", path)
+    with pytest.raises(CommandError, match="Give question sets, --support-labels FILE"):
+        evaluate()

@@ -14,7 +14,7 @@ from django.urls import reverse
 from answers.models import Answer, Question
 from answers.prompt import REWRITE_PROMPT
 from tests.helpers import ask
-from tests.llm_server import FakeLLM
+from tests.llm_server import FakeLLM, serving
 
 pytestmark = pytest.mark.django_db
 
@@ -27,18 +27,8 @@ ANSWER = {"kind": "ok", "deltas": ["It makes a generator [1]."]}
 
 @pytest.fixture
 def llm(settings: Any) -> Iterator[FakeLLM]:
-    server = FakeLLM()
-    settings.ANSWERS = {
-        **settings.ANSWERS,
-        "PROVIDER": "openai",
-        "MODEL": "local-test",
-        "OPENAI_BASE_URL": server.base_url,
-        "OPENAI_API_KEY": "test-key",
-        "REWRITE_FOLLOWUPS": True,
-        "REWRITE_TIMEOUT": 2.0,
-    }
-    yield server
-    server.close()
+    with serving(settings, REWRITE_FOLLOWUPS=True, REWRITE_TIMEOUT=2.0) as server:
+        yield server
 
 
 def converse(user: Any, llm: FakeLLM, rewrite: dict[str, Any]) -> tuple[Question, Any]:

@@ -9,13 +9,19 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from answers.evaluation import (
+    AnswerMetrics,
     EvaluationError,
     Metrics,
+    evaluation_answer_check,
+    evaluation_answer_metrics,
     evaluation_metrics,
     evaluation_run,
     evaluation_set_load,
     evaluation_user_default,
+    support_agreement,
+    support_labels_load,
 )
+from answers.support import SUPPORTED
 
 FLOORS = (
     # (option, metric, is a minimum, label)
@@ -51,7 +57,20 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("files", nargs="+", type=Path, help="JSON Lines question sets.")
+        parser.add_argument("files", nargs="*", type=Path, help="JSON Lines question sets.")
+        parser.add_argument(
+            "--answers",
+            action="store_true",
+            help="Also generate each answer with the configured provider (stores nothing) and "
+            "print citation recall and precision (ALCE, with the support score) and the "
+            "share of answers whose first cited claim cites an expected document.",
+        )
+        parser.add_argument(
+            "--support-labels",
+            type=Path,
+            help="Hand-labelled claims (JSON Lines {claim, source, supported}): print how "
+            "often the support score agrees with them.",
+        )
         parser.add_argument(
             "--user",
             help="Evaluate as this user (their access applies). Default: an unsaved "
@@ -73,10 +92,21 @@ class Command(BaseCommand):
                 raise CommandError(f"No user {options['user']!r}.") from None
         else:
             user = evaluation_user_default()
+        if not options["files"] and not options["support_labels"]:
+            raise CommandError("Give question sets, --support-labels FILE, or both.")
         try:
             sets = [(str(path), evaluation_set_load(path=path)) for path in options["files"]]
+            labels = (
+                support_labels_load(path=options["support_labels"])
+                if options["support_labels"]
+                else None
+            )
         except EvaluationError as exc:
             raise CommandError(str(exc)) from None
+        if labels is not None:
+            self._agreement(labels)
+        if not sets:
+            return
 
         everything: list[Any] = []
         rows: list[Metrics] = []
@@ -98,6 +128,8 @@ class Command(BaseCommand):
             ]
             rows.append(total)
         self._table(rows)
+        if options["answers"]:
+            self._answers(sets, user)
         if options["misses"]:
             self._misses(total)
 
@@ -126,6 +158,42 @@ class Command(BaseCommand):
                 f"{_fmt(x['hit5']):>6}  {_fmt(x['mrr']):>6}  {_fmt(x['abstain']):>7}  "
                 f"{r.off_topic:>4}  {_fmt(x['offtopic']):>12}"
             )
+
+    def _answers(self, sets: list[tuple[str, list[Any]]], user: Any) -> None:
+        rows: list[AnswerMetrics] = []
+        everything: list[Any] = []
+        for name, items in sets:
+            checks = [
+                check
+                for item in items
+                if item.expect and (check := evaluation_answer_check(item=item, user=user))
+            ]
+            everything += checks
+            rows.append(evaluation_answer_metrics(name=name, checks=checks))
+        if len(rows) > 1:
+            rows.append(evaluation_answer_metrics(name="all", checks=everything))
+        width = max(len(r.name) for r in rows)
+        self.stdout.write("")
+        self.stdout.write(
+            f"{'answers':<{width}}  {'n':>4}  {'cit-recall':>10}  {'cit-precision':>13}  "
+            f"{'first from expected':>19}"
+        )
+        for r in rows:
+            self.stdout.write(
+                f"{r.name:<{width}}  {r.answers:>4}  {_fmt(r.recall):>10}  "
+                f"{_fmt(r.precision):>13}  {_fmt(r.first_expected):>19}"
+            )
+
+    def _agreement(self, labels: list[Any]) -> None:
+        result = support_agreement(labels=labels)
+        self.stdout.write(
+            f"support score vs {result.labels} hand labels (unsupported under {SUPPORTED}): "
+            f"agreement {result.agree / result.labels:.3f}, flagged precision "
+            f"{_fmt(result.flagged_precision)}, flagged recall {_fmt(result.flagged_recall)}"
+        )
+        for label, score in result.disagreements:
+            said = "supported" if label.supported else "unsupported"
+            self.stdout.write(f"  line {label.line}: {score:.2f}, labelled {said}: {label.claim}")
 
     def _misses(self, total: Metrics) -> None:
         self.stdout.write("")
