@@ -34,6 +34,8 @@ class EvaluationError(Exception):
 
 @dataclass(frozen=True)
 class EvalQuestion:
+    """One question of a set: where it was read, and the documents that answer it."""
+
     file: str
     line: int
     question: str

@@ -72,6 +72,8 @@ class ExtractionError(Exception):
 
 @dataclass(frozen=True)
 class ExtractedDocument:
+    """A file's text as the corpus stores it: a title and a plain-text body."""
+
     title: str
     body: str
 

@@ -174,6 +174,8 @@ class RetrievedSource(models.Model):
 
 class Answer(models.Model):
     class Status(models.TextChoices):
+        """Streaming until the stream ends; then how it ended."""
+
         STREAMING = "streaming", "Streaming"
         COMPLETE = "complete", "Complete"
         NO_ANSWER = "no_answer", "No answer"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable
 from importlib import import_module
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.contrib.auth import SESSION_KEY, get_user_model
@@ -17,7 +17,6 @@ from .models import (
     Answer,
     ApiToken,
     Chunk,
-    Citation,
     Conversation,
     Document,
     Question,
@@ -25,6 +24,9 @@ from .models import (
 )
 from .prompt import PriorTurn
 from .types import Candidate
+
+if TYPE_CHECKING:
+    from .models import Citation
 
 AnyUser = User | AnonymousUser
 
@@ -211,7 +213,7 @@ def answer_final_sources(*, answer: Answer) -> list[RetrievedSource]:
 
 def answer_citations(*, answer: Answer) -> list[Citation]:
     """The answer's citations with their support, in text order (ADR 0023)."""
-    return list(Citation.objects.filter(answer=answer).order_by("sentence", "number"))
+    return list(answer.citations.order_by("sentence", "number"))
 
 
 def passages_still_current(*, rows: Iterable[RetrievedSource]) -> set[tuple[int, str]]:

@@ -6,7 +6,7 @@ import hashlib
 import math
 import secrets
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 
 from django.contrib.auth.models import Group, User
@@ -255,7 +255,7 @@ def answer_complete(
             },
         )
     )
-    scores = [citation.score for citation in support]
+    scores = [citation.support for citation in support]
     now = timezone.now()
     with transaction.atomic():
         Answer.objects.filter(pk=answer.pk).update(
@@ -273,18 +273,7 @@ def answer_complete(
             support_mean=round(sum(scores) / len(scores), 4) if scores else None,
         )
         Citation.objects.filter(answer_id=answer.pk).delete()  # finalized once; to be sure
-        Citation.objects.bulk_create(
-            [
-                Citation(
-                    answer_id=answer.pk,
-                    sentence=c.sentence,
-                    claim=c.claim,
-                    number=c.number,
-                    support=c.score,
-                )
-                for c in support
-            ]
-        )
+        Citation.objects.bulk_create(Citation(answer_id=answer.pk, **asdict(c)) for c in support)
         # One UPDATE whatever the number of sources.
         RetrievedSource.objects.filter(
             question_id=answer.question_id, prompt_number__isnull=False

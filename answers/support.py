@@ -41,7 +41,7 @@ class CitationSupport:
     sentence: int  # 0-based position of the claim among the cited claims
     claim: str
     number: int
-    score: float
+    support: float
 
 
 def _weighted_terms(text: str) -> dict[str, float]:
@@ -103,8 +103,8 @@ def citations_support(text: str, passages: Mapping[int, Sequence[str]]) -> list[
     results = []
     for position, (claim, numbers) in enumerate(cited_claims(text)):
         for number in numbers:
-            score = claim_support(claim, terms.get(number, frozenset()))
-            results.append(CitationSupport(position, claim, number, score))
+            support = claim_support(claim, terms.get(number, frozenset()))
+            results.append(CitationSupport(position, claim, number, support))
     return results
 
 

@@ -26,7 +26,7 @@ PASSAGE = (
 def support(claim: str, passage: str = PASSAGE) -> float:
     (citation,) = citations_support(f"{claim} [1].", {1: [passage]})
     assert citation.claim == claim
-    return citation.score
+    return citation.support
 
 
 def test_a_sentence_the_passage_says_is_supported_and_a_fabricated_one_is_not() -> None:
@@ -55,7 +55,7 @@ def test_each_marker_cites_the_claim_before_it() -> None:
         (2, "Third", 1),
         (2, "Third", 2),
     ]
-    assert all(c.score == 0.0 for c in citations_support(text, {}))  # no passages: unsupported
+    assert all(c.support == 0.0 for c in citations_support(text, {}))  # no passages: unsupported
 
 
 def test_markers_in_code_are_not_citations() -> None:
@@ -84,7 +84,7 @@ def test_recall_reads_the_union_of_the_cited_passages() -> None:
     text = "Calibrated with a brass wrenchlet in 60 minutes [1][2]."
     passages = {1: ["calibrated with a brass wrenchlet"], 2: ["it takes 60 minutes"]}
     assert claims_supported(text, passages) == [1.0]
-    assert all(c.score < 1.0 for c in citations_support(text, passages))
+    assert all(c.support < 1.0 for c in citations_support(text, passages))
 
 
 @pytest.fixture

@@ -104,6 +104,8 @@ def _chunks(documents: QuerySet[Document] | None) -> QuerySet[Chunk]:
 
 
 class PostgreSQLBackend:
+    """BM25 over PostgreSQL full-text search, on FTS5's scale (ADR 0007)."""
+
     name = "postgresql"
     vendor = "postgresql"  # the database it needs (a system check compares it)
 

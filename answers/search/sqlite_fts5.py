@@ -99,6 +99,8 @@ def _varints(blob: bytes) -> list[int]:
 
 
 class SQLiteFTS5Backend:
+    """FTS5's BM25, normalized (ADR 0003), scoped to the asker (ADR 0009)."""
+
     name = "sqlite-fts5"
     vendor = "sqlite"  # the database it needs (a system check compares it)
 

@@ -59,13 +59,6 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("files", nargs="*", type=Path, help="JSON Lines question sets.")
         parser.add_argument(
-            "--answers",
-            action="store_true",
-            help="Also generate each answer with the configured provider (stores nothing) and "
-            "print citation recall and precision (ALCE, with the support score) and the "
-            "share of answers whose first cited claim cites an expected document.",
-        )
-        parser.add_argument(
             "--support-labels",
             type=Path,
             help="Hand-labelled claims (JSON Lines {claim, source, supported}): print how "
@@ -77,6 +70,13 @@ class Command(BaseCommand):
             "superuser who sees every document.",
         )
         parser.add_argument("--misses", action="store_true", help="List every miss.")
+        parser.add_argument(
+            "--answers",
+            action="store_true",
+            help="Also generate each answer with the configured provider (stores nothing) and "
+            "print citation recall and precision (ALCE, with the support score) and the "
+            "share of answers whose first cited claim cites an expected document.",
+        )
         for option, _, minimum, label in FLOORS:
             parser.add_argument(
                 "--" + option.replace("_", "-"),
