@@ -7,20 +7,28 @@ search, filter and change page starts from a selector's queryset for that review
 
 from __future__ import annotations
 
+import csv
+from datetime import timedelta
 from typing import Any
 
 from django.contrib import admin, messages
 from django.contrib.auth.models import AnonymousUser
+from django.core.exceptions import PermissionDenied
 from django.db.models import Count, QuerySet
-from django.http import HttpRequest
-from django.urls import reverse
+from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from . import selectors, services
 from .conf import answers_settings
+from .gaps import REASON_LABELS, gap_groups, gap_rows
 from .models import Answer, ApiToken, Document, Feedback
 from .support import SUPPORTED
+
+GAP_DAYS, MAX_GAP_DAYS = 30, 366  # the content-gap report's default and longest period
 
 
 class FeedbackInline(admin.TabularInline):
@@ -290,6 +298,54 @@ class AnswerAdmin(admin.ModelAdmin):
             reverse("admin:answers_document_change", args=[row.document_id]),
             row.document.title,
         )
+
+    def get_urls(self) -> list[Any]:
+        gaps = path(
+            "content-gaps/",
+            self.admin_site.admin_view(self.content_gaps_view),
+            name="answers_content_gaps",
+        )
+        return [gaps, *super().get_urls()]
+
+    def content_gaps_view(self, request: HttpRequest) -> HttpResponse:
+        """What the corpus lacks (ADR 0024): the reviewer's gap questions, grouped."""
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        try:
+            days = min(max(int(request.GET.get("days", GAP_DAYS)), 1), MAX_GAP_DAYS)
+        except ValueError:
+            days = GAP_DAYS
+        questions = selectors.gap_questions_for_review(
+            reviewer=request.user, since=timezone.now() - timedelta(days=days)
+        )
+        groups = gap_groups(questions)
+        if request.GET.get("format") == "csv":
+            response = HttpResponse(content_type="text/csv; charset=utf-8")
+            response["Content-Disposition"] = f'attachment; filename="content-gaps-{days}d.csv"'
+            csv.writer(response).writerows(gap_rows(groups))
+            return response
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Content gaps",
+            "days": days,
+            "max_days": MAX_GAP_DAYS,
+            "total": len(questions),
+            "groups": [
+                {
+                    "label": group.label,
+                    "count": len(group.questions),
+                    "reasons": [
+                        (REASON_LABELS[reason], count)
+                        for reason, count in sorted(group.reasons.items())
+                    ],
+                    "weeks": sorted(group.weeks().items()),
+                    "examples": group.examples(),
+                    "nearest": group.nearest(),
+                }
+                for group in groups
+            ],
+        }
+        return TemplateResponse(request, "admin/answers/content_gaps.html", context)
 
     def get_object(self, request: HttpRequest, object_id: str, from_field: Any = None) -> Any:
         answer = super().get_object(request, object_id, from_field)

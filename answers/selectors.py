@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable
+from datetime import datetime
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
@@ -13,16 +14,19 @@ from django.contrib.auth.models import AnonymousUser, User
 from django.db.models import Count, Exists, OuterRef, Q, QuerySet
 
 from .conf import answers_settings
+from .gaps import GapQuestion
 from .models import (
     Answer,
     ApiToken,
     Chunk,
     Conversation,
     Document,
+    Feedback,
     Question,
     RetrievedSource,
 )
 from .prompt import PriorTurn
+from .support import SUPPORTED
 from .types import Candidate
 
 if TYPE_CHECKING:
@@ -284,3 +288,65 @@ def user_get_current(*, user_id: int, session_key: str | None) -> Any:
         if str(store.load().get(SESSION_KEY)) != str(user_id):
             return None
     return get_user_model().objects.filter(pk=user_id, is_active=True).first()
+
+
+_GAP_FIELDS = ("pk", "question_id", "question__text", "created_at", "status", "down", "support_min")
+
+
+def gap_questions_for_review(
+    *, reviewer: AnyUser, since: datetime, limit: int = 2000
+) -> list[GapQuestion]:
+    """The newest ``limit`` questions since ``since`` that got no answer, were voted down or
+    have a weakly supported citation, as ``reviewer`` may see them (the admin's rule:
+    withheld answers are left out, and so are documents they may not view among the nearest
+    ones). Three queries, bounded by ``limit``."""
+    answers = Answer.objects.filter(created_at__gte=since)
+    visible_documents: QuerySet[Document] | None = None
+    if not user_may_review_all(user=reviewer):
+        answers = answers.exclude(answer_withheld_q(user=reviewer))
+        visible_documents = document_list_visible(user=reviewer)
+    down = Exists(Feedback.objects.filter(answer=OuterRef("pk"), rating=Feedback.Rating.DOWN))
+    rows = list(
+        answers.annotate(down=down)
+        .filter(Q(status=Answer.Status.NO_ANSWER) | Q(down=True) | Q(support_min__lt=SUPPORTED))
+        .order_by("-created_at")
+        .values_list(*_GAP_FIELDS)[:limit]
+    )
+    near_rows = RetrievedSource.objects.filter(
+        question_id__in=[row[1] for row in rows],
+        dropped_reason=RetrievedSource.Dropped.BELOW_THRESHOLD,
+        document__isnull=False,
+    )
+    if visible_documents is not None:
+        near_rows = near_rows.filter(document__in=visible_documents.values("pk"))
+    near: dict[int, dict[int, tuple[int, str, float]]] = {}
+    for question_id, document_id, title, score in near_rows.values_list(
+        "question_id", "document_id", "document__title", "score"
+    ):
+        if title is None:
+            continue  # deleted since
+        kept = near.setdefault(question_id, {})
+        if document_id not in kept or score > kept[document_id][2]:
+            kept[document_id] = (document_id, title, score)
+    questions = []
+    for answer_id, question_id, text, created_at, status, voted_down, support_min in rows:
+        reasons = tuple(
+            reason
+            for reason, applies in (
+                ("no_answer", status == Answer.Status.NO_ANSWER),
+                ("down_voted", voted_down),
+                ("weak_support", support_min is not None and support_min < SUPPORTED),
+            )
+            if applies
+        )
+        questions.append(
+            GapQuestion(
+                question_id=question_id,
+                answer_id=answer_id,
+                text=text,
+                asked_at=created_at,
+                reasons=reasons,
+                near=tuple(sorted(near.get(question_id, {}).values(), key=lambda d: -d[2])),
+            )
+        )
+    return questions

@@ -108,3 +108,28 @@ def fail_retrieval(settings: Any, error: Exception | None = None) -> type[Failin
     FailingSearch.error = error or RuntimeError("retrieval must not run for this request")
     settings.ANSWERS = {**settings.ANSWERS, "SEARCH_BACKEND": "tests.helpers.FailingSearch"}
     return FailingSearch
+
+
+# --- Reviewers (the admin) --------------------------------------------------------------
+
+REVIEWER_PERMISSIONS = (
+    "view_answer",
+    "change_answer",
+    "view_document",
+    "change_document",
+    "delete_document",
+    "view_feedback",
+)
+
+
+def staff_reviewer(name: str, *, groups: tuple[str, ...] = (), review_all: bool = False) -> Any:
+    """A staff user with the reviewer permissions, in ``groups``; ``review_all``: also
+    ``answers.review_all_answers``."""
+    from django.contrib.auth import get_user_model
+    from django.contrib.auth.models import Group, Permission
+
+    user = get_user_model().objects.create_user(username=name, password="pw", is_staff=True)
+    codenames = REVIEWER_PERMISSIONS + (("review_all_answers",) if review_all else ())
+    user.user_permissions.set(Permission.objects.filter(codename__in=codenames))
+    user.groups.set([Group.objects.get_or_create(name=g)[0] for g in groups])
+    return user

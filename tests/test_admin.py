@@ -11,7 +11,7 @@ from django.urls import reverse
 from answers import pipeline, services
 from answers.models import Answer, ApiToken, Chunk, Document, Feedback, RetrievedSource
 from answers.registry import get_search_backend
-from tests.helpers import ask
+from tests.helpers import ask, staff_reviewer
 
 pytestmark = pytest.mark.django_db
 
@@ -446,30 +446,10 @@ VAULT_QUESTION = "Where does the Nightjar zeppelin launch from?"
 VAULT_SECRET = "hangar nine"  # quoted by the answer, only the vault memo has it
 VAULT_TITLES = ("Project Nightjar launch plan", "Nightjar zeppelin hangar safety")
 VAULT_FEEDBACK = "Nightjar feedback: check the mooring mast"
-REVIEWER_PERMISSIONS = (
-    "view_answer",
-    "change_answer",
-    "view_document",
-    "change_document",
-    "delete_document",
-    "view_feedback",
-)
-
-
-def _reviewer(
-    django_user_model, name: str, *, groups: tuple[str, ...] = (), review_all: bool = False
-):  # type: ignore[no-untyped-def]
-    from django.contrib.auth.models import Group, Permission
-
-    user = django_user_model.objects.create_user(username=name, password="pw", is_staff=True)
-    codenames = REVIEWER_PERMISSIONS + (("review_all_answers",) if review_all else ())
-    user.user_permissions.set(Permission.objects.filter(codename__in=codenames))
-    user.groups.set([Group.objects.get_or_create(name=g)[0] for g in groups])
-    return user
 
 
 @pytest.fixture
-def review_case(django_user_model, member, asker, other_asker):  # type: ignore[no-untyped-def]
+def review_case(member, asker, other_asker):  # type: ignore[no-untyped-def]
     """A vault member's answer quoting the vault memo (with feedback), a public answer,
     and an outsider's answer whose vault candidates were dropped; three reviewers."""
     vault = _answer(member, VAULT_QUESTION)
@@ -494,9 +474,9 @@ def review_case(django_user_model, member, asker, other_asker):  # type: ignore[
         "vault": vault,
         "public": public,
         "dropped": dropped,
-        "outsider": _reviewer(django_user_model, "outsider"),
-        "insider": _reviewer(django_user_model, "insider", groups=("vault",)),
-        "auditor": _reviewer(django_user_model, "auditor", review_all=True),
+        "outsider": staff_reviewer("outsider"),
+        "insider": staff_reviewer("insider", groups=("vault",)),
+        "auditor": staff_reviewer("auditor", review_all=True),
     }
 
 
