@@ -627,6 +627,7 @@ def rewrite_markers(
                     between,
                     following=text[run_ends[index] : run_ends[index] + 1],
                     written=_last_written(pieces),
+                    rest=text[run_ends[index] : _line_bounds(text, run_ends[index])[1]],
                 )
         elif (
             _HAS_SPACE.search(text, marker.start, marker.end)
@@ -678,17 +679,26 @@ def _last_written(pieces: list[str]) -> str:
 
 
 def _drop(
-    text: str, marker: Marker, line_start: int, between: str, *, following: str, written: str
+    text: str,
+    marker: Marker,
+    line_start: int,
+    between: str,
+    *,
+    following: str,
+    written: str,
+    rest: str,
 ) -> tuple[str, str]:
     """What replaces a dropped marker, and the text before it, on a line that keeps text.
 
     ``following`` is the character after the run of dropped markers this one starts or
-    continues; ``written`` the last character of the output before ``between``.
+    continues, ``rest`` the line from there on; ``written`` the last character of the
+    output before ``between``.
     """
     before = text[line_start : marker.start]
-    if _STRUCTURAL_ONLY.fullmatch(before) and following not in ("", " ", "\t", "\n", "\r"):
+    if _STRUCTURAL_ONLY.fullmatch(before) and rest.strip(" \t\r"):
         # First text of its line: what follows could become a list item, a heading or a
-        # fence ("[9]- x", "[9]```") if nothing took the marker's place.
+        # fence ("[9]- x", "[9]```", and "[9] ```" too: up to three spaces may lead a
+        # fence) if nothing took the marker's place.
         return between, ZERO_WIDTH_SPACE
     if (following == "" or following in _SPACES_GO_BEFORE) and not _STRUCTURAL_ONLY.fullmatch(
         before.rstrip(" \t")
@@ -716,6 +726,7 @@ def _emptied_lines(
         if decision == "":
             by_line.setdefault(line_start, []).append(marker)
     emptied: dict[int, int | str] = {}
+    starts: set[int] | None = None  # paragraphs' first lines, parsed only when needed
     for line_start, dropped in by_line.items():
         _, line_end = _line_bounds(text, line_start)
         remains, position = [], line_start
@@ -725,10 +736,47 @@ def _emptied_lines(
         remains.append(text[position:line_end])
         left = "".join(remains)
         if left.strip(" \t\r") == "":
+            following = _next_line(text, line_end)
+            if following.strip(" \t\r") and not _begins_a_paragraph(following):
+                if starts is None:
+                    starts = _paragraph_first_lines(text)
+                if text.count("\n", 0, line_start) in starts:
+                    # Removing the first line of a paragraph moves the next one up to where
+                    # a block begins, where "2) x" starts a list and four spaces a code
+                    # block ("[9]\n2) `\n2) [1]`" would then cite [1]): keep the line.
+                    emptied[line_start] = ZERO_WIDTH_SPACE
+                    continue
             emptied[line_start] = min(line_end + 1, len(text))
         elif _STRUCTURAL_ONLY.fullmatch(left.rstrip("\r")):
             emptied[line_start] = ZERO_WIDTH_SPACE
     return emptied
+
+
+def _paragraph_first_lines(text: str) -> set[int]:
+    """The line numbers that begin a paragraph, at any depth (every line, to be safe, when
+    the text has carriage returns: markdown-it counts lines after normalizing them)."""
+    if "\r" in text:
+        return set(range(text.count("\n") + 1))
+    return {
+        token.map[0]
+        for token in parse_markdown(text, {})
+        if token.type == "paragraph_open" and token.map is not None
+    }
+
+
+def _next_line(text: str, line_end: int) -> str:
+    """The line after the one ending at ``line_end`` ("" when there is none)."""
+    if line_end >= len(text):
+        return ""
+    following_end = text.find("\n", line_end + 1)
+    return text[line_end + 1 : len(text) if following_end == -1 else following_end]
+
+
+def _begins_a_paragraph(line: str) -> bool:
+    """Whether ``line``, where a block begins, begins a paragraph (not a list item, code,
+    a heading, a fence, a rule, an HTML block or a table)."""
+    tokens = parse_markdown(line, {})
+    return bool(tokens) and tokens[0].type == "paragraph_open"
 
 
 def _strip_replacement(count: int) -> Callable[[Marker], str | None]:
@@ -906,6 +954,15 @@ def _settle_around_markers(
             # structure depends on the rest of the line.
             unfinished = line_end == -1 or line_end >= cut
             if unfinished and _STRUCTURAL_ONLY.fullmatch(_MARKER.sub("", text[line_start:cut])):
+                cut, moved = marker.start, True
+                break
+            # A line dropping leaves blank goes, or keeps a zero-width space, as the next
+            # line reads (``_emptied_lines``): wait until that line is complete.
+            if (
+                not unfinished
+                and _MARKER.sub("", text[line_start:line_end]).strip(" \t\r") == ""
+                and "\n" not in text[line_end + 1 : cut]
+            ):
                 cut, moved = marker.start, True
                 break
         if not moved:

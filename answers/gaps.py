@@ -20,8 +20,14 @@ from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 
 from .ranking import question_stems
+from .search.stemming import stem_text
+from .support import FUNCTION_WORDS
 
-SIMILAR = 0.34
+# Words such as "is" and "for" are searched (they are keywords in code) but say nothing
+# about what a question lacks: they neither group questions nor label a group.
+_FUNCTION_STEMS = frozenset(stem_text(" ".join(FUNCTION_WORDS)).split())
+
+SIMILAR = 0.3  # two shared words of six: "book a meeting room" ~ "reserve a meeting room"
 REASONS = ("no_answer", "down_voted", "weak_support")
 REASON_LABELS = {
     "no_answer": "no answer",
@@ -90,14 +96,14 @@ def gap_groups(questions: Iterable[GapQuestion], *, limit: int = 2000) -> list[G
     newest = sorted(questions, key=lambda q: q.asked_at, reverse=True)[:limit]
     groups: list[tuple[frozenset[str], GapGroup]] = []
     for question in newest:
-        stems = question_stems(question.text)
+        stems = question_stems(question.text) - _FUNCTION_STEMS
         for index, (words, group) in enumerate(groups):
             if _similarity(stems, words) >= SIMILAR:
                 group.questions.append(question)
                 group.terms.update(stems)
                 # The group's words: those of most of its questions, so it does not drift.
                 half = len(group.questions) / 2
-                kept = frozenset(t for t, n in group.terms.items() if n >= half) or words
+                kept = frozenset(t for t, n in group.terms.items() if n > half) or words
                 groups[index] = (kept, group)
                 break
         else:

@@ -6,12 +6,16 @@ Never run ``playwright install``: ``chromium_executable`` (conftest) provides th
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from playwright.sync_api import Browser, Locator, Page, expect, sync_playwright
+
+from tests import helpers
+from tests.corpus import ingest_text
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -310,3 +314,102 @@ def test_a_second_tab_watches_an_answer_being_written(slow_page: Page, asker) ->
     )
     expect(watched.locator("[data-feedback]")).to_be_visible()
     assert second.errors.messages == []  # type: ignore[attr-defined]
+
+
+# --- Trust: evidence, citation support and content gaps (issue 19) ---------------------
+
+# A folder to save the README's screenshots in (docs/img); unset in CI: nothing is written.
+SCREENSHOTS = os.environ.get("ANSWERS_SCREENSHOTS", "")
+ZORBLAT = (
+    "The zorblat flange is calibrated with a brass wrenchlet every spring. "
+    "Calibrating it takes one hour."
+)
+
+
+def screenshot(target: Page | Locator, name: str) -> None:
+    if SCREENSHOTS:
+        Path(SCREENSHOTS).mkdir(parents=True, exist_ok=True)
+        target.screenshot(path=str(Path(SCREENSHOTS) / name))
+
+
+def ask_off_loop(**kwargs):  # type: ignore[no-untyped-def]
+    """``helpers.ask`` from a thread of its own: Playwright's loop holds this one."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from django.db import connection
+
+    def run():  # type: ignore[no-untyped-def]
+        try:
+            return helpers.ask(**kwargs)
+        finally:
+            connection.close()
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(run).result()
+
+
+def admin_log_in(page: Page, username: str, password: str) -> None:
+    page.goto("/admin/login/")
+    page.get_by_label("Username:").fill(username)
+    page.get_by_label("Password:").fill(password)
+    page.get_by_role("button", name="Log in").click()
+    expect(page).to_have_url(re.compile(r"/admin/$"))
+
+
+def test_reviewers_see_weak_citations_beside_their_passages_and_changed_evidence(
+    page: Page, scripted, django_user_model
+) -> None:  # type: ignore[no-untyped-def]
+    django_user_model.objects.create_superuser("chief", "", "pw-chief")
+    ingest_text("browser:zorblat", "Zorblat flange calibration", ZORBLAT)
+    scripted.script = [
+        "The zorblat flange is calibrated with a brass wrenchlet [1]. ",
+        "Zorblat flanges are forged from moon cheese on Tuesdays [1].",
+    ]
+    chief = django_user_model.objects.get(username="chief")
+    done = ask_off_loop(user=chief, question="How is the zorblat flange calibrated?")
+    answer_id = done.answer.answer_id
+    ingest_text("browser:zorblat", "Zorblat flange calibration", "Now done with a laser.")
+
+    admin_log_in(page, "chief", "pw-chief")
+    page.goto("/admin/answers/answer/?o=7")  # the support column, weakest first
+    expect(page.locator("#result_list tbody tr").first).to_contain_text("zorblat flange")
+    page.goto(f"/admin/answers/answer/{answer_id}/change/")
+    weak = page.locator("table.answers-support tr.unsupported")
+    expect(weak).to_have_count(1)
+    expect(weak).to_contain_text("forged from moon cheese")
+    expect(weak).to_contain_text("brass wrenchlet every spring")  # the passage as it was
+    assert weak.evaluate("row => getComputedStyle(row.cells[0]).backgroundColor") == (
+        "rgb(253, 236, 234)"
+    )
+    expect(page.locator("table.answers-support tr.supported")).to_have_count(1)
+    screenshot(page.locator("fieldset", has=page.locator("table.answers-support")), "support.png")
+
+    page.goto(f"/answers/{answer_id}/")
+    status = page.locator("[data-source-status='changed']")
+    expect(status).to_be_visible()
+    expect(page.locator(".sources .excerpt").first).to_contain_text("brass wrenchlet")
+    screenshot(page.locator(".sources").first, "evidence-changed.png")
+    assert not page.errors.messages, page.errors.messages  # type: ignore[attr-defined]
+
+
+def test_the_content_gap_report_groups_unanswered_questions(page: Page, django_user_model) -> None:  # type: ignore[no-untyped-def]
+    chief = django_user_model.objects.create_superuser("chief", "", "pw-chief")
+    for question in (
+        "How do I book a meeting room?",
+        "Where can I book meeting rooms for a team?",
+        "What is the parking policy for visitors?",
+    ):
+        assert ask_off_loop(user=chief, question=question).answer.status == "no_answer"
+    admin_log_in(page, "chief", "pw-chief")
+    page.goto("/admin/answers/answer/")
+    page.get_by_role("link", name="Content gaps").click()
+    expect(page).to_have_url(re.compile(r"/admin/answers/answer/content-gaps/"))
+    rows = page.locator(".answers-gaps tbody tr")
+    expect(rows).to_have_count(2)
+    expect(rows.first).to_contain_text("How do I book a meeting room?")
+    expect(rows.first.locator("td").nth(1)).to_have_text("2")
+    with page.expect_download() as download:
+        page.get_by_role("link", name="Download CSV").click()
+    assert download.value.suggested_filename == "content-gaps-30d.csv"
+    screenshot(page.locator("#content-main"), "content-gaps.png")
+    assert not page.errors.messages, page.errors.messages  # type: ignore[attr-defined]

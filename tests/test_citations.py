@@ -98,8 +98,8 @@ EXAMPLES: dict[str, list[tuple[str, int, str | None, str, list[str] | None]]] = 
         ("see [8][9].", 3, "see.", "see.", None),
         ("`[1]`[8][9]`", 3, "`[1]`\u200b`", "`[1]`\u200b`", None),
         ("Tabs \t[0] end", 3, "Tabs end", "Tabs end", None),
-        ("[0] x [1]", 1, " x [1]", " x [1]", ["s1"]),
-        ("line\n[9] next [1]", 1, "line\n next [1]", "line\n next [1]", ["s1"]),
+        ("[0] x [1]", 1, "\u200b x [1]", "\u200b x [1]", ["s1"]),
+        ("line\n[9] next [1]", 1, "line\n\u200b next [1]", "line\n\u200b next [1]", ["s1"]),
         ("Any [1] [4] [0].", 3, "Any [1].", "Any [1].", ["s1"]),
         ("[1] [2] [1]", 2, "[1] [2] [1]", "[1] [2]", ["s1", "s2"]),
     ],
@@ -236,6 +236,13 @@ EXAMPLES: dict[str, list[tuple[str, int, str | None, str, list[str] | None]]] = 
     # where the next character could join the previous.
     "Dropping a marker never changes the blocks.": [
         ("para\n[9]\nmore [1]", 1, "para\nmore [1]", "para\nmore [1]", ["s1"]),
+        # ... but a paragraph's first line stays when the next line, moved up to where a
+        # block begins, would start a list: "[1]" would then leave its code span.
+        ("[9]\n2) `\n2) [1]`", 1, "\u200b\n2) `\n2) [1]`", "\u200b\n2) `\n2) [1]`", None),
+        ("[9]\nmore [1]", 1, "more [1]", "more [1]", ["s1"]),
+        # A line's first text keeps a zero-width space when text follows: " ```a" opens a
+        # fence (up to three spaces may lead one), and everything after would be code.
+        ("[9] ```a\nsee [1]", 1, "\u200b ```a\nsee [1]", "\u200b ```a\nsee [1]", ["s1"]),
         ("- [9]\n- b [1]", 1, "- \u200b\n- b [1]", "- \u200b\n- b [1]", ["s1"]),
         ("a`` [9]` b [1] ``` c", 1, "a`` ` b [1] ``` c", "a`` ` b [1] ``` c", ["s1"]),
         ("<http://x [9]>", 1, "<http://x >", "<http://x >", None),
@@ -503,10 +510,22 @@ _SAFE_AFTER = set(" \t\n.,;:!?")
 _STRUCTURE = re.compile(r"[ \t>*+\-=_#~`\d.)|:]*")
 
 
+def _moved_up_changes_blocks(text: str, line_start: int, following: str) -> bool:
+    """Whether removing the line at ``line_start`` (a paragraph's first line) would put
+    ``following`` where a block begins and so read it as something else."""
+    first_lines = {t.map[0] for t in _MARKDOWN.parse(text) if t.type == "paragraph_open" and t.map}
+    if text.count("\n", 0, line_start) not in first_lines:
+        return False
+    alone = _MARKDOWN.parse(following)
+    return not alone or alone[0].type != "paragraph_open"
+
+
 def apply_drops(text: str, spans: list[tuple[int, int, str | None]]) -> str:
     """The drop rules of ADR 0004, written over planned spans (start, end, replacement):
-    ``None`` keeps, ``""`` drops. A line left blank goes with its line break; a line left
-    with only structure keeps a zero-width space for its first dropped marker; otherwise a
+    ``None`` keeps, ``""`` drops. A line left blank goes with its line break, except the
+    first line of a paragraph followed by a line that, moved up to where a block begins,
+    would not begin a paragraph: that one, and a line left
+    with only structure, keep a zero-width space for the first dropped marker; otherwise a
     dropped marker takes the spaces before it when a space, a line end or closing
     punctuation follows it."""
     lines: dict[int, list[tuple[int, int]]] = {}
@@ -524,6 +543,9 @@ def apply_drops(text: str, spans: list[tuple[int, int, str | None]]) -> str:
         left += text[position:line_end]
         if not left.strip(" \t"):
             fate[line_start] = min(line_end + 1, len(text))
+            following = text[line_end + 1 :].split("\n", 1)[0] if line_end < len(text) else ""
+            if following.strip() and _moved_up_changes_blocks(text, line_start, following):
+                fate[line_start] = "\u200b"
         elif _STRUCTURE.fullmatch(left):
             fate[line_start] = "\u200b"
     # A run of adjacent dropped markers is judged by what follows the whole run.
@@ -547,8 +569,8 @@ def apply_drops(text: str, spans: list[tuple[int, int, str | None]]) -> str:
             before = text[line_start:start]
             if line_fate is not None:
                 replacement = str(line_fate)
-            elif _STRUCTURE.fullmatch(before) and after not in ("", " ", "\t", "\n", "\r"):
-                replacement = "\u200b"  # "[9]- x" must not become a list item
+            elif _STRUCTURE.fullmatch(before) and text[run_end[i] :].split("\n", 1)[0].strip():
+                replacement = "\u200b"  # "[9]- x" and "[9] ```" must not start a block
             else:
                 if (after == "" or after in _SAFE_AFTER) and not _STRUCTURE.fullmatch(
                     before.rstrip(" \t")
