@@ -22,7 +22,7 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from . import selectors, services
+from . import presenters, selectors, services
 from .conf import answers_settings
 from .gaps import REASON_LABELS, gap_groups, gap_rows
 from .models import Answer, ApiToken, Document, Feedback
@@ -106,7 +106,10 @@ class AnswerAdmin(admin.ModelAdmin):
         ("Outcome", {"fields": ("status", "error", "citations_fallback", "provider", "model")}),
         ("Text", {"fields": ("texts_side_by_side",)}),
         ("Citation support", {"fields": ("support_mean", "support_table")}),
-        ("Retrieved sources", {"fields": ("searched_for", "rewrite", "rerank", "sources_table")}),
+        (
+            "Retrieved sources",
+            {"fields": ("sources_now", "searched_for", "rewrite", "rerank", "sources_table")},
+        ),
         ("Timings (ms)", {"fields": ("retrieval_ms", "first_token_ms", "total_ms")}),
         ("Review", {"fields": ("reviewed", "review_note", "reviewed_by", "reviewed_at")}),
     )
@@ -123,6 +126,7 @@ class AnswerAdmin(admin.ModelAdmin):
         "texts_side_by_side",
         "support_mean",
         "support_table",
+        "sources_now",
         "searched_for",
         "rewrite",
         "rerank",
@@ -232,6 +236,34 @@ class AnswerAdmin(admin.ModelAdmin):
             "<table class='answers-support'><thead><tr><th>Claim</th><th>Cites</th>"
             "<th>Support</th><th>Passage</th></tr></thead><tbody>{}</tbody></table>",
             body,
+        )
+
+    @admin.display(description="Final sources, against the documents now")
+    def sources_now(self, obj: Answer) -> SafeString:
+        reviewer = getattr(obj, "admin_reviewer", None) or AnonymousUser()
+        references = presenters.answer_references(answer=obj, user=reviewer)
+        if not references:
+            return format_html("{}", "—")
+        labels = {
+            "current": "current",
+            "changed": "changed since this answer (the passage shown is as it was)",
+            "removed": "removed since this answer",
+        }
+        return format_html(
+            "<ol class='answers-sources-now'>{}</ol>",
+            format_html_join(
+                "",
+                "<li value='{}' data-source-status='{}'>{}: {}</li>",
+                (
+                    (
+                        ref.index,
+                        ref.source_status if ref.available else "unavailable",
+                        ref.title,
+                        labels[ref.source_status] if ref.available else "you may not view it",
+                    )
+                    for ref in references
+                ),
+            ),
         )
 
     @admin.display(description="Searched for")

@@ -50,7 +50,7 @@ def reference_of(body: dict[str, Any], number: int) -> dict[str, Any]:
 
 
 def test_an_edited_document_keeps_the_passage_the_answer_rested_on(
-    client: Client, asker: Any
+    client: Client, asker: Any, admin_client: Client
 ) -> None:
     ingest_text(KEY, TITLE, BODY)
     answer_id, then = asked(asker)
@@ -64,6 +64,10 @@ def test_an_edited_document_keeps_the_passage_the_answer_rested_on(
     page = client.get(reverse("answers:answer", args=[answer_id])).content.decode()
     assert "changed since this answer" in page and "brass wrenchlet" in page
     assert "laser gauge" not in page
+    admin = admin_client.get(reverse("admin:answers_answer_change", args=[answer_id]))
+    assert f"{TITLE}: changed since this answer (the passage shown is as it was)" in (
+        admin.content.decode()
+    )
 
 
 def test_rechunking_an_unchanged_passage_keeps_it_current(client: Client, asker: Any) -> None:
@@ -92,6 +96,7 @@ def test_a_removed_public_document_is_shown_from_its_snapshot(
     assert "removed since this answer" in page
     admin = admin_client.get(reverse("admin:answers_answer_change", args=[answer_id]))
     assert f"{TITLE} <em>(removed)</em>" in admin.content.decode()
+    assert f"{TITLE}: removed since this answer" in admin.content.decode()
     assert admin_client.get(reverse("admin:answers_answer_changelist")).status_code == 200
 
 
