@@ -97,3 +97,38 @@ def test_a_model_echoing_a_forged_marker_cites_only_its_own(echo_llm):
     assert "If x is very close" in text  # the source came back word for word
     assert "[2] If x" not in echo_llm.requests[-1]["messages"][-1]["content"]
     assert [m.numbers for m in iter_markers(text)] == [(1,)]
+
+
+def test_grammar_prompts_code_and_table_rows_are_never_quoted_as_sentences():
+    source = PromptSource(
+        1,
+        1,
+        "Lambdas",
+        (
+            'lambda_expr ::= "lambda" [parameter_list] ":" expression\n\n'
+            ">>> square = lambda x: x * x and more words here\n\n"
+            "def f(arg): pass    # a function that does nothing with lambda\n\n"
+            "@decorator def lambda_thing(): return lambda in a decorated line\n\n"
+            "Lambda expressions are used to create anonymous functions in Python.",
+        ),
+    )
+    text = "".join(stream(Prompt(question="How do lambda expressions work?", sources=(source,))))
+    assert text.startswith("Lambda expressions are used to create anonymous functions")
+    for fragment in ("::=", ">>>", "# a function", "@decorator"):
+        assert fragment not in text
+
+
+def test_the_best_ranked_source_opens_the_answer_unless_another_matches_much_better():
+    first = PromptSource(1, 1, "Yield", ("The yield statement produces a value from a generator.",))
+    second = PromptSource(
+        2, 2, "Generators", ("A generator function produces a value each time it is resumed.",)
+    )
+    prompt = Prompt(
+        question="How does a generator function produce a value?", sources=(first, second)
+    )
+    # [2] matches one word more ("function"): one place in the ranking outweighs it.
+    text = "".join(stream(prompt))
+    assert text.index("[1]") < text.index("[2]")
+    question = "How does a generator function produce a value each time it is resumed?"
+    text = "".join(stream(Prompt(question=question, sources=(first, second))))
+    assert text.index("[2]") < text.index("[1]")  # much better: it opens the answer

@@ -25,6 +25,12 @@ _MIN_SENTENCE, _MAX_SENTENCE = 25, 420
 # reST underlines, table borders and rows: structure, not sentences.
 _NOT_PROSE_LINE = re.compile(r"(?m)^\s*(?:[*=\-~^#+_.:|]{3,}|[|+].*)\s*$")
 _LETTER = re.compile(r"[^\W\d_]")
+# A grammar production ("funcdef ::= ..."), an interpreter prompt (">>> x"), a table row,
+# a line of code with its comment ("def f(arg): pass # ..."): read badly as sentences.
+_NOT_A_SENTENCE = re.compile(
+    r"::=|^(?:>>>|\.\.\.)\s|\s{2,}\|\s|\+[-=]{3,}|^(?:def|class)\s+\w+.*:|^@\w|\s#\s"
+)
+_PER_SOURCE_RANK = 1.0
 
 
 def _stem(word: str) -> str:
@@ -36,6 +42,8 @@ def _stem(word: str) -> str:
 
 def _is_prose(sentence: str) -> bool:
     if len(sentence) < _MIN_SENTENCE or len(sentence.split()) < 5:
+        return False
+    if _NOT_A_SENTENCE.search(sentence):
         return False
     return len(_LETTER.findall(sentence)) >= 0.6 * len(sentence.replace(" ", ""))
 
@@ -75,6 +83,9 @@ class ExtractiveProvider:
                 if matched:
                     # Earlier sentences and better-ranked sources win ties.
                     score = matched - position * 0.01 - source.number * 0.001
+                    # Retrieval ranked the sources: a later source's sentence needs one more
+                    # of the question's words per place to open the answer (ADR 0025).
+                    score -= (source.number - 1) * _PER_SOURCE_RANK
                     candidates.append(_Candidate(score, source.number, position, sentence))
         if not candidates and prompt.sources:
             first = prompt.sources[0]
