@@ -87,12 +87,14 @@ def page(browser: Browser, daphne_live_server) -> Iterator[Page]:  # type: ignor
     context.close()  # before the database is emptied: no socket may outlive the test
 
 
-def log_in(page: Page, username: str, password: str) -> None:
-    page.goto("/accounts/login/")
-    page.get_by_label("Username").fill(username)
-    page.get_by_label("Password").fill(password)
+def log_in(page: Page, username: str, password: str, *, admin: bool = False) -> None:
+    """Through the site's login page, or the admin's (whose labels end with a colon)."""
+    page.goto("/admin/login/" if admin else "/accounts/login/")
+    colon = ":" if admin else ""
+    page.get_by_label("Username" + colon).fill(username)
+    page.get_by_label("Password" + colon).fill(password)
     page.get_by_role("button", name="Log in").click()
-    expect(page).to_have_url(re.compile(r"/$"))
+    expect(page).to_have_url(re.compile(r"/admin/$" if admin else r"/$"))
 
 
 def ask(page: Page, question: str) -> Locator:
@@ -348,14 +350,6 @@ def ask_off_loop(**kwargs):  # type: ignore[no-untyped-def]
         return pool.submit(run).result()
 
 
-def admin_log_in(page: Page, username: str, password: str) -> None:
-    page.goto("/admin/login/")
-    page.get_by_label("Username:").fill(username)
-    page.get_by_label("Password:").fill(password)
-    page.get_by_role("button", name="Log in").click()
-    expect(page).to_have_url(re.compile(r"/admin/$"))
-
-
 def test_reviewers_see_weak_citations_beside_their_passages_and_changed_evidence(
     page: Page, scripted, django_user_model
 ) -> None:  # type: ignore[no-untyped-def]
@@ -370,7 +364,7 @@ def test_reviewers_see_weak_citations_beside_their_passages_and_changed_evidence
     answer_id = done.answer.answer_id
     ingest_text("browser:zorblat", "Zorblat flange calibration", "Now done with a laser.")
 
-    admin_log_in(page, "chief", "pw-chief")
+    log_in(page, "chief", "pw-chief", admin=True)
     page.goto("/admin/answers/answer/?o=7")  # the support column, weakest first
     expect(page.locator("#result_list tbody tr").first).to_contain_text("zorblat flange")
     page.goto(f"/admin/answers/answer/{answer_id}/change/")
@@ -400,7 +394,7 @@ def test_the_content_gap_report_groups_unanswered_questions(page: Page, django_u
         "What is the parking policy for visitors?",
     ):
         assert ask_off_loop(user=chief, question=question).answer.status == "no_answer"
-    admin_log_in(page, "chief", "pw-chief")
+    log_in(page, "chief", "pw-chief", admin=True)
     page.goto("/admin/answers/answer/")
     page.get_by_role("link", name="Content gaps").click()
     expect(page).to_have_url(re.compile(r"/admin/answers/answer/content-gaps/"))

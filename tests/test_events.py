@@ -36,6 +36,7 @@ references = st.builds(
     excerpt=text,
     anchor=text,
     available=st.booleans(),
+    source_status=st.sampled_from(["current", "changed", "removed"]),
 )
 payloads = st.builds(
     AnswerPayload,
