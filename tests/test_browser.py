@@ -95,6 +95,10 @@ def log_in(page: Page, username: str, password: str, *, admin: bool = False) -> 
     page.get_by_label("Password" + colon).fill(password)
     page.get_by_role("button", name="Log in").click()
     expect(page).to_have_url(re.compile(r"/admin/$" if admin else r"/$"))
+    if not admin:
+        # The ask page's script has bound its handlers (clicking earlier would submit the
+        # form natively, and a watcher installed earlier would go with the old document).
+        expect(page.locator("[data-ask][data-ready]")).to_have_count(1)
 
 
 def ask(page: Page, question: str) -> Locator:

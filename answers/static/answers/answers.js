@@ -354,7 +354,10 @@
 
   document.addEventListener("DOMContentLoaded", function () {
     var root = document.querySelector("[data-ask]");
-    if (root) setupAsk(root);
+    if (root) {
+      setupAsk(root);
+      root.dataset.ready = "1"; // handlers bound: what tests and scripts can wait for
+    }
     var readonly = document.querySelector("[data-ask-readonly]");
     if (readonly && readonly.hasAttribute("data-watch")) setupWatch(readonly);
     else if (readonly) setupReadonly(readonly);
