@@ -213,8 +213,7 @@ class AnswerAdmin(admin.ModelAdmin):
             question_id=obj.question_id, reviewer=reviewer
         ):
             if row.final_number is not None:
-                text = row.passage.text if row.passage else (row.chunk.text if row.chunk else "")
-                passages.setdefault(row.final_number, []).append(text)
+                passages.setdefault(row.final_number, []).append(presenters.passage_text(row))
         citations = selectors.answer_citations(answer=obj)
         if not citations:
             return format_html("<p>{}</p>", "The answer cites nothing.")

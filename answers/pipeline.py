@@ -35,7 +35,7 @@ from .events import (
 from .guards import GuardTripped, StreamLimits, guarded_stream
 from .models import Answer, Conversation
 from .prompt import PriorTurn, Prompt, RewritePrompt
-from .providers.base import ProviderError, Usage, can_rewrite
+from .providers.base import ProviderError, QuestionRewriter, Usage
 from .registry import get_provider
 from .rendering import render_answer_html
 from .retrieval import search_hits, select_sources
@@ -365,13 +365,17 @@ async def _standalone(*, question: str, history: list[PriorTurn]) -> _Rewrite:
     provider can. Bounded by ``REWRITE_TIMEOUT``; on any failure the question is searched
     as it is (with the turn before) and the reason is kept for the admin."""
     provider = get_provider()
-    if not history or not answers_settings.REWRITE_FOLLOWUPS or not can_rewrite(provider):
+    if (
+        not history
+        or not answers_settings.REWRITE_FOLLOWUPS
+        or not isinstance(provider, QuestionRewriter)
+    ):
         return _Rewrite()
     started = time.perf_counter()
     prompt = RewritePrompt(question=question, history=tuple(history))
     try:
         async with asyncio.timeout(float(answers_settings.REWRITE_TIMEOUT)):
-            text = " ".join((await provider.rewrite(prompt)).split())  # type: ignore[attr-defined]
+            text = " ".join((await provider.rewrite(prompt)).split())
         if not text:
             raise ProviderError("the rewrite was empty")
     except TimeoutError:

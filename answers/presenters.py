@@ -96,7 +96,7 @@ def answer_references(*, answer: Answer, user: AnyUser) -> list[Reference]:
                 title=_title_of(first),
                 url=url,
                 score=max(m.score for m in members),
-                excerpt=excerpt_of(text for m in members if (text := _passage_text(m))),
+                excerpt=excerpt_of(text for m in members if (text := passage_text(m))),
                 anchor=anchor,
                 source_status=status,
             )
@@ -112,7 +112,7 @@ def _document_order(row: RetrievedSource) -> tuple[int, int]:
     return (row.chunk.ordinal if row.chunk is not None else row.rank, row.rank)
 
 
-def _passage_text(row: RetrievedSource) -> str:
+def passage_text(row: RetrievedSource) -> str:
     """The passage as the answer was written from it; answers older than snapshots
     (migration 0009) have only the live chunk, while it exists."""
     if row.passage is not None:

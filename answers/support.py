@@ -60,6 +60,10 @@ def passage_terms(text: str) -> frozenset[str]:
     return frozenset(stem_text(" ".join(words)).split()) | {w for w in words if w.isdigit()}
 
 
+def _terms_by_number(passages: Mapping[int, Sequence[str]]) -> dict[int, frozenset[str]]:
+    return {number: passage_terms(" ".join(texts)) for number, texts in passages.items()}
+
+
 def claim_support(claim: str, passage_terms: frozenset[str]) -> float:
     """The weighted share of ``claim``'s content words that ``passage_terms`` hold."""
     terms = _weighted_terms(claim)
@@ -99,7 +103,7 @@ def cited_claims(text: str) -> list[tuple[str, tuple[int, ...]]]:
 def citations_support(text: str, passages: Mapping[int, Sequence[str]]) -> list[CitationSupport]:
     """The support of every citation in ``text`` (final numbers) by ``passages`` (each
     number's passage texts). A number without passages scores 0."""
-    terms = {number: passage_terms(" ".join(texts)) for number, texts in passages.items()}
+    terms = _terms_by_number(passages)
     results = []
     for position, (claim, numbers) in enumerate(cited_claims(text)):
         for number in numbers:
@@ -110,7 +114,7 @@ def citations_support(text: str, passages: Mapping[int, Sequence[str]]) -> list[
 
 def claims_supported(text: str, passages: Mapping[int, Sequence[str]]) -> list[float]:
     """Each cited claim's support by the union of the passages it cites (ALCE recall)."""
-    terms = {number: passage_terms(" ".join(texts)) for number, texts in passages.items()}
+    terms = _terms_by_number(passages)
     return [
         claim_support(claim, frozenset().union(*(terms.get(n, frozenset()) for n in numbers)))
         for claim, numbers in cited_claims(text)
@@ -129,7 +133,7 @@ class CitationQuality:
 
 
 def citation_quality(text: str, passages: Mapping[int, Sequence[str]]) -> CitationQuality:
-    terms = {number: passage_terms(" ".join(texts)) for number, texts in passages.items()}
+    terms = _terms_by_number(passages)
 
     def supported(claim: str, numbers: Sequence[int]) -> bool:
         union = frozenset().union(*(terms.get(n, frozenset()) for n in numbers))

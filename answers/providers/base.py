@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 from ..prompt import Prompt, RewritePrompt
 
@@ -46,7 +46,3 @@ class QuestionRewriter(Protocol):
     (``REWRITE_FOLLOWUPS``; the offline extractive provider cannot)."""
 
     async def rewrite(self, prompt: RewritePrompt) -> str: ...
-
-
-def can_rewrite(provider: Any) -> bool:
-    return isinstance(provider, QuestionRewriter)
