@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from urllib.parse import urlsplit
 
 from django.urls import reverse
 
@@ -26,11 +27,39 @@ _RULE_LINE = re.compile(r"(?m)^\s*([*=\-~^#+_])\1{2,}\s*$")
 
 
 def excerpt_of(texts: Iterable[str]) -> str:
+    """The passages a source was retrieved for, as Markdown: line breaks kept (a code block
+    or a list stays one), layout rules and blank runs dropped, cut at ``EXCERPT_CHARS``."""
     limit = int(answers_settings.EXCERPT_CHARS)
-    excerpt = " … ".join(" ".join(_RULE_LINE.sub("", text).split()) for text in texts)
+    parts = []
+    for text in texts:
+        lines = [line.rstrip() for line in _RULE_LINE.sub("", text).strip().splitlines()]
+        parts.append(_BLANK_RUN.sub("\n\n", "\n".join(lines)))
+    excerpt = "\n\n…\n\n".join(part for part in parts if part)
     if len(excerpt) > limit:
-        excerpt = excerpt[:limit].rsplit(" ", 1)[0] + " …"
+        cut = excerpt[:limit]
+        excerpt = (cut.rsplit(None, 1)[0] if " " in cut or "\n" in cut else cut) + " …"
     return excerpt
+
+
+_BLANK_RUN = re.compile(r"\n{3,}")
+_FENCE_LINE = re.compile(r"(?m)^\s*(```|~~~).*$")
+SNIPPET_CHARS = 160
+
+
+def snippet_of(excerpt: str) -> str:
+    """The first words of an excerpt on one line: a source card's summary and a citation's
+    preview (plain text; the full excerpt is rendered beside it)."""
+    flat = " ".join(_FENCE_LINE.sub(" ", excerpt).split())
+    if len(flat) <= SNIPPET_CHARS:
+        return flat
+    return flat[:SNIPPET_CHARS].rsplit(" ", 1)[0] + " …"
+
+
+def location_of(url: str) -> str:
+    """Where a source is, in words: the site it is on, or this corpus."""
+    if url.startswith(("http://", "https://")):
+        return urlsplit(url).hostname or url
+    return "In the corpus"
 
 
 def reference_url(*, document_id: int, url: str, ordinal: int | None) -> str:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from django.conf import settings
 from django.contrib.auth import SESSION_KEY, get_user_model
 from django.contrib.auth.models import AnonymousUser, User
-from django.db.models import Count, Exists, OuterRef, Q, QuerySet
+from django.db.models import Count, Exists, Max, OuterRef, Q, QuerySet, Subquery
 
 from .conf import answers_settings
 from .gaps import GapQuestion
@@ -165,6 +165,29 @@ def answer_get_for_user(*, answer_id: int, user: AnyUser) -> Answer:
     if answer is None:
         raise NotFound
     return answer
+
+
+def conversation_list_for_user(*, user: AnyUser) -> QuerySet[Conversation]:
+    """``user``'s conversations with at least one question, latest activity first, each
+    with ``first_question``, ``last_question`` (their own words), ``question_count`` and
+    ``last_at``."""
+    questions = Question.objects.filter(conversation=OuterRef("pk"))
+    return (
+        Conversation.objects.filter(owner_id=user.pk or 0)
+        .annotate(question_count=Count("questions"), last_at=Max("questions__created_at"))
+        .filter(question_count__gt=0)
+        .annotate(
+            first_question=Subquery(questions.order_by("turn").values("text")[:1]),
+            last_question=Subquery(questions.order_by("-turn").values("text")[:1]),
+        )
+        .order_by("-last_at", "-pk")
+    )
+
+
+def conversation_answers_for_user(*, conversation: Conversation) -> QuerySet[Answer]:
+    """The answers of a conversation already read through ``conversation_get_for_user``,
+    oldest turn first (each one's own access is checked where it is presented)."""
+    return _answers_base().filter(question__conversation=conversation).order_by("question__turn")
 
 
 def answer_list_for_user(*, user: AnyUser) -> QuerySet[Answer]:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import uuid
+from dataclasses import dataclass
+
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
@@ -10,22 +13,58 @@ from django.shortcuts import render
 
 from . import presenters, selectors
 from .conf import answers_settings
+from .types import AnswerPayload
+
+
+def _ask_page(
+    request: HttpRequest, *, conversation_id: uuid.UUID | None, turns: list[Turn]
+) -> HttpResponse:
+    if not selectors.user_can_ask(user=request.user):
+        raise PermissionDenied("You do not have permission to ask questions.")
+    context = {
+        "max_question_length": int(answers_settings.MAX_QUESTION_LENGTH),
+        "conversation_id": conversation_id,
+        "turns": turns,
+    }
+    return render(request, "answers/ask.html", context)
 
 
 @login_required
 def ask(request: HttpRequest) -> HttpResponse:
-    if not selectors.user_can_ask(user=request.user):
-        raise PermissionDenied("You do not have permission to ask questions.")
-    return render(
-        request,
-        "answers/ask.html",
-        {"max_question_length": int(answers_settings.MAX_QUESTION_LENGTH)},
-    )
+    return _ask_page(request, conversation_id=None, turns=[])
+
+
+@dataclass(frozen=True)
+class Turn:
+    question: str
+    answer: AnswerPayload
+
+
+@login_required
+def conversation_detail(request: HttpRequest, conversation_id: uuid.UUID) -> HttpResponse:
+    """A past conversation, every turn rendered from the store (each answer's sources
+    re-checked for this viewer), with the form asking the next turn of it."""
+    try:
+        conversation = selectors.conversation_get_for_user(
+            conversation_id=conversation_id, user=request.user
+        )
+    except selectors.NotFound:
+        raise Http404("No such conversation.") from None
+    answers = selectors.conversation_answers_for_user(conversation=conversation)
+    turns = [
+        Turn(
+            question=answer.question.text,
+            answer=presenters.answer_payload(answer=answer, user=request.user),
+        )
+        for answer in answers
+    ]
+    return _ask_page(request, conversation_id=conversation.pk, turns=turns)
 
 
 @login_required
 def answer_list(request: HttpRequest) -> HttpResponse:
-    paginator = Paginator(selectors.answer_list_for_user(user=request.user), 25)
+    """The history: conversations, latest first; opening one continues it."""
+    paginator = Paginator(selectors.conversation_list_for_user(user=request.user), 25)
     page = paginator.get_page(request.GET.get("page"))
     return render(request, "answers/answer_list.html", {"page_obj": page})
 

@@ -4,6 +4,7 @@ import pytest
 from bs4 import BeautifulSoup
 
 from answers.models import Document
+from answers.presenters import snippet_of
 from tests.corpus import RESTRICTED
 from tests.helpers import ask
 
@@ -104,7 +105,11 @@ def test_each_source_links_to_its_document_in_the_corpus(client, asker, scripted
     reference = done.answer.references[0]
     assert entry.select_one(".source-title")["href"] == reference.url  # the original
     assert entry.select_one(".source-document")["href"] == f"/documents/{reference.document_id}/"
-    assert entry.select_one(".excerpt").get_text() == reference.excerpt
+    # The card's first words, and the passage (Markdown, rendered) behind "Show passage".
+    assert entry.select_one(".source-snippet").get_text() == snippet_of(reference.excerpt)
+    assert entry.select_one("details.source-passage .excerpt")
+    words = " ".join(entry.select_one(".excerpt").get_text().split())
+    assert words.startswith("Lambdas lambda_expr ::=")
 
 
 def test_a_source_with_its_own_url_also_links_its_copy_in_the_corpus():
@@ -124,5 +129,5 @@ def test_a_source_with_its_own_url_also_links_its_copy_in_the_corpus():
         "answers/sources.html#sources-panel",
         {"references": [outside, inside], "answer_id": 1, "panel_state": "final"},
     )
-    assert html.count("(in the corpus)") == 1
+    assert html.count("copy in the corpus") == 1
     assert 'href="/documents/7/"' in html

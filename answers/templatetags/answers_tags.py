@@ -1,8 +1,10 @@
 from __future__ import annotations
 
 from django import template
+from django.utils.safestring import SafeString, mark_safe
 
-from ..rendering import safe_url
+from ..presenters import location_of, snippet_of
+from ..rendering import render_passage_html, safe_url
 
 register = template.Library()
 
@@ -11,3 +13,19 @@ register = template.Library()
 def safe_href(url: str) -> str:
     """``url`` if it is http(s), mailto or on this site; otherwise an inert "#"."""
     return safe_url(url) or "#"
+
+
+@register.filter
+def passage_html(text: str) -> SafeString:
+    """A document's Markdown as sanitized HTML (code highlighted; no marker is a citation)."""
+    return mark_safe(render_passage_html(text))  # noqa: S308 (nh3 has sanitized it)
+
+
+@register.filter
+def snippet(excerpt: str) -> str:
+    return snippet_of(excerpt)
+
+
+@register.filter
+def location(url: str) -> str:
+    return location_of(url)

@@ -90,8 +90,18 @@
     return self;
   }
 
+  var PHASES = {
+    searching: "Searching your documents…",
+    writing: "Writing the answer…",
+  };
+  var OUTCOMES = {
+    interrupted: "Stopped before it finished.",
+    failed: "This answer failed.",
+  };
+
   // Renders one answer's stream into its turn; remembers the last sequence number seen.
   function turnView(root, turn) {
+    var progress = turn.querySelector("[data-turn-progress]");
     var view = {
       turn: turn,
       answer: turn.querySelector("[data-answer]"),
@@ -111,6 +121,7 @@
             view.answer.textContent = "";
             view.slot.innerHTML = "";
             view.slot.insertAdjacentHTML("afterbegin", message.sources_html);
+            view.phase("writing");
             return false;
           case "token":
             view.answer.appendChild(document.createTextNode(message.text));
@@ -122,25 +133,40 @@
           case "done":
             view.answer.innerHTML = message.html;
             var panel = view.slot.querySelector("[data-sources-panel]");
-            if (panel) replaceWithHtml(panel, message.sources_html);
+            // Focus inside the panel being swapped would fall to the page: keep it here.
+            var hadFocus = panel && panel.contains(document.activeElement);
+            if (panel) panel = replaceWithHtml(panel, message.sources_html);
             else view.slot.insertAdjacentHTML("afterbegin", message.sources_html);
+            if (hadFocus && panel) panel.querySelector("h3").focus();
+            turn.querySelector("[data-answer-markdown]").content.textContent = message.text;
+            turn.dataset.status = message.status;
             turn.querySelector("[data-feedback]").hidden = false;
             setupFeedback(root, turn);
-            view.finish("done");
+            view.finish("done", null, OUTCOMES[message.status]);
             return true;
           case "error":
-            view.finish("error", message.message);
+            view.finish("error", message.message, null);
             return true;
         }
         return false;
       },
+      phase: function (name) {
+        progress.hidden = false;
+        progress.querySelector("[data-turn-progress-text]").textContent = PHASES[name];
+        turn.dataset.phase = name;
+      },
       streaming: function () {
         view.answer.dataset.answerState = "streaming";
         view.answer.setAttribute("aria-busy", "true");
+        view.phase("searching");
       },
-      finish: function (state, message) {
+      // An ended stream: an error shows its message; a stored answer that did not
+      // complete says how it ended. Either can be asked again.
+      finish: function (state, message, outcome) {
         view.answer.dataset.answerState = state;
         view.answer.setAttribute("aria-busy", "false");
+        progress.hidden = true;
+        delete turn.dataset.phase;
         if (message) {
           var p = document.createElement("p");
           p.className = "error";
@@ -148,9 +174,125 @@
           p.textContent = message;
           view.answer.appendChild(p);
         }
+        if (outcome) {
+          var note = document.createElement("p");
+          note.className = "turn-outcome";
+          note.dataset.turnOutcome = "";
+          note.textContent = outcome;
+          view.answer.insertAdjacentElement("afterend", note);
+        }
+        var actions = turn.querySelector("[data-turn-actions]");
+        actions.hidden = false;
+        actions.querySelector("[data-copy-answer]").hidden = state !== "done";
+        var retry = actions.querySelector("[data-retry]");
+        retry.hidden = !(message || outcome) || !root.hasAttribute("data-ask");
       },
     };
     return view;
+  }
+
+  // --- Copy: the answer's Markdown with its numbered sources under it ---------------------
+
+  function answerMarkdown(turn) {
+    var text = turn.querySelector("[data-answer-markdown]").content.textContent.trim();
+    var lines = [];
+    turn.querySelectorAll("[data-sources-panel] [data-title]").forEach(function (entry) {
+      var href = new URL(entry.dataset.href, window.location.href).href;
+      lines.push("[" + entry.dataset.number + "] " + entry.dataset.title + " <" + href + ">");
+    });
+    return lines.length ? text + "\n\nSources:\n" + lines.join("\n") + "\n" : text + "\n";
+  }
+
+  function copyText(text) {
+    // The Clipboard API needs a secure context (https or localhost); elsewhere the
+    // selection is copied the old way.
+    if (navigator.clipboard && window.isSecureContext) return navigator.clipboard.writeText(text);
+    return new Promise(function (resolve, reject) {
+      var area = document.createElement("textarea");
+      area.value = text;
+      area.setAttribute("readonly", "");
+      area.className = "visually-hidden";
+      document.body.appendChild(area);
+      area.select();
+      var ok = document.execCommand("copy");
+      area.remove();
+      if (ok) resolve();
+      else reject(new Error("copy refused"));
+    });
+  }
+
+  function setupCopy() {
+    document.addEventListener("click", function (event) {
+      var button = event.target.closest("[data-copy-answer]");
+      if (!button) return;
+      var turn = button.closest("[data-turn]");
+      var status = turn.querySelector("[data-copy-status]");
+      copyText(answerMarkdown(turn)).then(
+        function () { status.textContent = "Copied, with its sources."; },
+        function () { status.textContent = "Could not copy: select the text instead."; }
+      );
+    });
+  }
+
+  // --- Citation previews: the cited source's title and first words, from the panel -----
+
+  function setupPreviews() {
+    var preview = document.querySelector("[data-citation-preview]");
+    if (!preview) return;
+    var shownFor = null;
+    function entryFor(link) {
+      var id = (link.getAttribute("href") || "").slice(1);
+      var entry = id && document.getElementById(id);
+      return entry && entry.dataset.title ? entry : null;
+    }
+    function show(link) {
+      var entry = entryFor(link);
+      if (!entry) return;
+      preview.textContent = "";
+      var title = document.createElement("strong");
+      title.textContent = entry.dataset.number + ". " + entry.dataset.title;
+      var where = entry.querySelector(".source-where");
+      var place = document.createElement("span");
+      place.className = "preview-where";
+      place.textContent = where ? where.textContent.trim() : "";
+      var words = document.createElement("p");
+      words.textContent = entry.dataset.snippet;
+      preview.append(title, place, words);
+      preview.hidden = false;
+      var box = link.getBoundingClientRect();
+      var left = Math.min(box.left + window.scrollX, window.scrollX + document.documentElement.clientWidth - preview.offsetWidth - 8);
+      preview.style.left = Math.max(window.scrollX + 4, left) + "px";
+      preview.style.top = box.bottom + window.scrollY + 6 + "px";
+      link.setAttribute("aria-describedby", preview.id);
+      shownFor = link;
+    }
+    function hide() {
+      if (shownFor) shownFor.removeAttribute("aria-describedby");
+      shownFor = null;
+      preview.hidden = true;
+    }
+    document.addEventListener("mouseover", function (event) {
+      var link = event.target.closest && event.target.closest("a.citation");
+      if (link && link !== shownFor) show(link);
+      else if (!link && shownFor && !preview.contains(event.target)) hide();
+    });
+    document.addEventListener("focusin", function (event) {
+      if (event.target.matches && event.target.matches("a.citation")) show(event.target);
+      else hide();
+    });
+    document.addEventListener("keydown", function (event) {
+      if (event.key === "Escape" && shownFor) hide();
+    });
+    document.addEventListener("click", function (event) {
+      // Following the citation scrolls to its card: open its passage there.
+      var link = event.target.closest && event.target.closest("a.citation");
+      var entry = link && entryFor(link);
+      hide();
+      if (entry) {
+        var passage = entry.querySelector("details");
+        if (passage) passage.open = true;
+      }
+    });
   }
 
   var INFLIGHT_KEY = "cited-answers:inflight";
@@ -177,11 +319,11 @@
     var textarea = form.querySelector("textarea");
     var askButton = root.querySelector("[data-ask-button]");
     var stopButton = root.querySelector("[data-stop-button]");
-    var newButton = root.querySelector("[data-new-conversation]");
+    var newLink = root.querySelector("[data-new-conversation]");
     var status = root.querySelector("[data-ask-status]");
     var turns = root.querySelector("[data-turns]");
     var template = root.querySelector("[data-turn-template]");
-    var conversationId = null;
+    var conversationId = root.dataset.conversationId || null;
     var current = null;
     var pending = null;
 
@@ -297,23 +439,52 @@
       if (!socket.send(message)) pending = message;
     });
     textarea.addEventListener("keydown", function (event) {
-      if (event.key === "Enter" && !event.shiftKey) {
+      // Enter asks, and so does Ctrl/Cmd+Enter (the habit from other chat tools);
+      // Shift+Enter is a new line.
+      if (event.key === "Enter" && (!event.shiftKey || event.ctrlKey || event.metaKey)) {
         event.preventDefault();
         form.requestSubmit();
+      }
+    });
+    document.addEventListener("keydown", function (event) {
+      // "/" comes back to the question box from anywhere but a field.
+      var target = event.target;
+      var typing = target.closest && target.closest("input, textarea, select, [contenteditable]");
+      if (event.key === "/" && !typing && !event.ctrlKey && !event.metaKey && !event.altKey) {
+        event.preventDefault();
+        textarea.focus();
       }
     });
     stopButton.addEventListener("click", function () {
       socket.send({ type: "stop" });
     });
-    newButton.addEventListener("click", function () {
-      conversationId = null;
-      turns.innerHTML = "";
-      textarea.focus();
+    newLink.addEventListener("click", function () {
+      remember(null); // a fresh page, not the answer being written
+    });
+    turns.addEventListener("click", function (event) {
+      var retry = event.target.closest("[data-retry]");
+      if (!retry || current) return;
+      textarea.value = retry.closest("[data-turn]").querySelector(".turn-question").textContent;
+      showQuestionHint();
+      form.requestSubmit();
+    });
+    turns.querySelectorAll("[data-turn]").forEach(function (turn) {
+      setupFeedback(root, turn);
+      if (turn.dataset.status === "failed" || turn.dataset.status === "interrupted") {
+        turn.querySelector("[data-retry]").hidden = false;
+      }
     });
 
-    // Reloaded while an answer was being written: follow it again from the start.
+    // A conversation whose last answer is still being written: follow it from the start.
+    var last = turns.lastElementChild;
     var inflight = remembered();
-    if (inflight && inflight.answerId) {
+    if (last && last.dataset.status === "streaming") {
+      current = turnView(root, last);
+      current.streaming();
+      setBusy(true);
+      pending = { type: "resume", answer_id: Number(current.answerId), after: 0 };
+    } else if (inflight && inflight.answerId && !root.dataset.conversationId) {
+      // Reloaded while an answer was being written: follow it again from the start.
       conversationId = inflight.conversationId || null;
       current = newTurn(inflight.question || "");
       current.answerId = String(inflight.answerId);
@@ -353,6 +524,8 @@
   }
 
   document.addEventListener("DOMContentLoaded", function () {
+    setupCopy();
+    setupPreviews();
     var root = document.querySelector("[data-ask]");
     if (root) {
       setupAsk(root);
