@@ -169,3 +169,42 @@ def chromium_executable() -> str:
         return ensure_chromium()
     except RuntimeError as exc:
         pytest.fail(str(exc), pytrace=False)
+
+
+# --- Browser tests (helpers: tests/browser.py) --------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def browser(chromium_executable: str):  # type: ignore[no-untyped-def]
+    from playwright.sync_api import sync_playwright
+
+    from tests.browser import CHROMIUM_ARGS
+
+    # Playwright's sync API keeps its event loop marked as running in this thread, so
+    # Django's ORM (users, the transactional flush) would refuse to run; nothing of ours
+    # runs inside that loop, so the check is safely off while the browser is up.
+    with pytest.MonkeyPatch.context() as patch, sync_playwright() as playwright:
+        patch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+        browser = playwright.chromium.launch(
+            executable_path=chromium_executable, args=CHROMIUM_ARGS
+        )
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def page(browser, daphne_live_server):  # type: ignore[no-untyped-def]
+    from tests.browser import new_page
+
+    page = new_page(browser, daphne_live_server.url)
+    yield page
+    page.context.close()  # before the database is emptied: no socket may outlive the test
+
+
+@pytest.fixture
+def slow_page(browser, slow_live_server):  # type: ignore[no-untyped-def]
+    from tests.browser import RECORD_SOCKETS, new_page
+
+    page = new_page(browser, slow_live_server.url, init_script=RECORD_SOCKETS)
+    yield page
+    page.context.close()

@@ -1,139 +1,30 @@
-"""The ask page in a real browser: Debian's chromium driven by Playwright (sync API).
-
-The app runs under daphne (tests/live.py); the page talks to it over the WebSocket.
-Never run ``playwright install``: ``chromium_executable`` (conftest) provides the browser.
-"""
+"""The ask page in a real browser: asking, following up, limits, hostile documents, resumable
+streams, and the reviewers' trust pages (helpers and fixtures: tests/browser.py)."""
 
 from __future__ import annotations
 
-import os
 import re
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, Locator, Page, expect, sync_playwright
+from playwright.sync_api import Page, expect
 
-from tests import helpers
+from tests.browser import (
+    ARTIFACTS,
+    QUESTION,
+    WATCH_STREAMING,
+    PageErrors,
+    ask,
+    ask_off_loop,
+    check_citations,
+    log_in,
+    screenshot,
+    start_asking,
+)
 from tests.corpus import ingest_text
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-TIMEOUT_MS = 15_000
-QUESTION = "What is a lambda expression?"
 FOLLOW_UP = "and how does it differ from a def function?"
-
-# Records, per turn, the first text streamed into an answer while it is still streaming.
-WATCH_STREAMING = """
-() => {
-  window.__streamedWhileStreaming = [];
-  const turns = document.querySelector("[data-turns]");
-  new MutationObserver(() => {
-    turns.querySelectorAll("[data-turn]").forEach((turn, index) => {
-      const answer = turn.querySelector("[data-answer]");
-      const text = answer.textContent.trim();
-      if (answer.dataset.answerState === "streaming" && text
-          && window.__streamedWhileStreaming[index] === undefined) {
-        window.__streamedWhileStreaming[index] = text;
-      }
-    });
-  }).observe(turns, {childList: true, subtree: true, characterData: true});
-}
-"""
-
-
-@pytest.fixture(scope="module")
-def browser(chromium_executable: str) -> Iterator[Browser]:
-    # Playwright's sync API keeps its event loop marked as running in this thread, so
-    # Django's ORM (users, the transactional flush) would refuse to run; nothing of ours
-    # runs inside that loop, so the check is safely off while the browser is up.
-    with pytest.MonkeyPatch.context() as patch, sync_playwright() as playwright:
-        patch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-        browser = playwright.chromium.launch(
-            executable_path=chromium_executable, args=CHROMIUM_ARGS
-        )
-        yield browser
-        browser.close()
-
-
-class PageErrors:
-    def __init__(self, page: Page) -> None:
-        self.messages: list[str] = []
-        page.on("console", self._console)
-        page.on("pageerror", lambda error: self.messages.append(f"pageerror: {error}"))
-
-    def _console(self, message) -> None:  # type: ignore[no-untyped-def]
-        if message.type == "error":
-            self.messages.append(f"console.error: {message.text} ({message.location})")
-
-
-@pytest.fixture
-def page(browser: Browser, daphne_live_server) -> Iterator[Page]:  # type: ignore[no-untyped-def]
-    context = browser.new_context(base_url=daphne_live_server.url)
-    context.set_default_timeout(TIMEOUT_MS)
-    page = context.new_page()
-    page.errors = PageErrors(page)  # type: ignore[attr-defined]
-    yield page
-    context.close()  # before the database is emptied: no socket may outlive the test
-
-
-def log_in(page: Page, username: str, password: str, *, admin: bool = False) -> None:
-    """Through the site's login page, or the admin's (whose labels end with a colon)."""
-    page.goto("/admin/login/" if admin else "/accounts/login/")
-    colon = ":" if admin else ""
-    page.get_by_label("Username" + colon).fill(username)
-    page.get_by_label("Password" + colon).fill(password)
-    page.get_by_role("button", name="Log in").click()
-    expect(page).to_have_url(re.compile(r"/admin/$" if admin else r"/$"))
-    if not admin:
-        # The ask page's script has bound its handlers (clicking earlier would submit the
-        # form natively, and a watcher installed earlier would go with the old document).
-        expect(page.locator("[data-ask][data-ready]")).to_have_count(1)
-
-
-def ask(page: Page, question: str) -> Locator:
-    """Ask ``question``; return its turn once its answer is done."""
-    turns = page.locator("[data-turns] [data-turn]")
-    before = turns.count()
-    page.get_by_label("Your question").fill(question)
-    page.get_by_role("button", name="Ask", exact=True).click()
-    expect(turns).to_have_count(before + 1)
-    turn = turns.nth(before)
-    expect(turn.locator(".turn-question")).to_have_text(question)
-    answer = turn.locator("[data-answer]")
-    expect(answer).to_have_attribute("data-answer-state", re.compile("streaming|done"))
-    # Some token text showed up while the answer was still streaming.
-    page.wait_for_function(
-        "index => window.__streamedWhileStreaming[index] !== undefined", arg=before
-    )
-    expect(answer).to_have_attribute("data-answer-state", "done")
-    return turn
-
-
-def check_citations(turn: Locator) -> list[str]:
-    """Every citation links to an entry of this turn's final Sources panel; return the ids."""
-    panels = turn.locator("[data-sources-panel]")
-    expect(panels).to_have_count(1)
-    expect(panels).to_have_attribute("data-state", "final")
-    citations = turn.locator("[data-answer] a.citation")
-    assert citations.count() >= 1, turn.inner_html()
-    ids = []
-    for href in citations.evaluate_all("links => links.map(a => a.getAttribute('href'))"):
-        assert href and href.startswith("#"), href
-        target = href[1:]
-        expect(panels.locator(f"[id='{target}']")).to_have_count(1)
-        ids.append(target)
-    return ids
 
 
 def test_ask_follow_up_and_feedback(page: Page, asker) -> None:  # type: ignore[no-untyped-def]
@@ -229,44 +120,6 @@ def test_a_poisoned_document_loads_nothing_from_another_origin(page: Page, asker
 
 # Resumable streams in the page: the socket drops, the page reloads, a second tab watches.
 
-# Keeps every socket the page opens, so a test can drop one as a network would.
-RECORD_SOCKETS = """
-(() => {
-  const Native = window.WebSocket;
-  window.__sockets = [];
-  function Recorded(url, protocols) {
-    const socket = protocols === undefined ? new Native(url) : new Native(url, protocols);
-    window.__sockets.push(socket);
-    return socket;
-  }
-  Recorded.prototype = Native.prototype;
-  for (const name of ["CONNECTING", "OPEN", "CLOSING", "CLOSED"]) Recorded[name] = Native[name];
-  window.WebSocket = Recorded;
-})();
-"""
-
-
-@pytest.fixture
-def slow_page(browser: Browser, slow_live_server) -> Iterator[Page]:  # type: ignore[no-untyped-def]
-    context = browser.new_context(base_url=slow_live_server.url)
-    context.set_default_timeout(TIMEOUT_MS)
-    context.add_init_script(RECORD_SOCKETS)
-    page = context.new_page()
-    page.errors = PageErrors(page)  # type: ignore[attr-defined]
-    yield page
-    context.close()
-
-
-def start_asking(page: Page, question: str) -> Locator:
-    """Ask, and return the turn once some of its answer has streamed in."""
-    page.evaluate(WATCH_STREAMING)
-    page.get_by_label("Your question").fill(question)
-    page.get_by_role("button", name="Ask", exact=True).click()
-    page.wait_for_function("() => window.__streamedWhileStreaming[0] !== undefined")
-    turn = page.locator("[data-turns] [data-turn]").first
-    expect(turn).to_have_attribute("data-answer-id", re.compile(r"^\d+$"))
-    return turn
-
 
 def test_a_dropped_socket_reconnects_and_the_same_answer_goes_on(slow_page: Page, asker) -> None:  # type: ignore[no-untyped-def]
     from answers.models import Answer
@@ -324,34 +177,10 @@ def test_a_second_tab_watches_an_answer_being_written(slow_page: Page, asker) ->
 
 # --- Trust: evidence, citation support and content gaps (issue 19) ---------------------
 
-# A folder to save the README's screenshots in (docs/img); unset in CI: nothing is written.
-SCREENSHOTS = os.environ.get("ANSWERS_SCREENSHOTS", "")
 ZORBLAT = (
     "The zorblat flange is calibrated with a brass wrenchlet every spring. "
     "Calibrating it takes one hour."
 )
-
-
-def screenshot(target: Page | Locator, name: str) -> None:
-    if SCREENSHOTS:
-        Path(SCREENSHOTS).mkdir(parents=True, exist_ok=True)
-        target.screenshot(path=str(Path(SCREENSHOTS) / name))
-
-
-def ask_off_loop(**kwargs):  # type: ignore[no-untyped-def]
-    """``helpers.ask`` from a thread of its own: Playwright's loop holds this one."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from django.db import connection
-
-    def run():  # type: ignore[no-untyped-def]
-        try:
-            return helpers.ask(**kwargs)
-        finally:
-            connection.close()
-
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(run).result()
 
 
 def test_reviewers_see_weak_citations_beside_their_passages_and_changed_evidence(

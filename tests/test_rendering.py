@@ -60,3 +60,54 @@ def test_links_get_safe_rel():
 def test_sanitizing_the_output_again_changes_nothing(text):
     html = render(text)
     assert sanitize_html(html) == html
+
+
+def test_fenced_code_is_highlighted_by_its_language_with_classes_only():
+    html = render(
+        "Square it [1]:\n\n```python\nsquare = lambda x: x * x  # [2]\n```\n", count=2
+    )
+    soup = BeautifulSoup(html, "html.parser")
+    code = soup.select_one("pre code.hl.language-python")
+    assert code.select_one("span.hl-k").get_text() == "lambda"
+    assert code.get_text() == "square = lambda x: x * x  # [2]\n"  # the code, unchanged
+    assert not soup.select("[style]")  # the strict CSP allows no style attributes
+    assert len(soup.select("a.citation")) == 1  # "[2]" in code is code, not a citation
+
+
+def test_only_a_named_language_or_an_interpreter_session_is_highlighted():
+    session = BeautifulSoup(render("```\n>>> 1 + 1\n2\n```\n"), "html.parser")
+    assert session.select_one("code.hl .hl-gp").get_text() == ">>> "
+    for text in ("```\nx = 1\n```\n", "```no-such-language\nx = 1\n```\n"):
+        soup = BeautifulSoup(render(text), "html.parser")
+        assert soup.select_one("pre code").get_text() == "x = 1\n"
+        assert not soup.select("span")  # not guessed
+
+
+@given(st.text(max_size=200), st.sampled_from(["", "python", "pycon", "bash", "nope"]))
+def test_highlighting_keeps_the_code_as_written(code, language):
+    if "```" in code:
+        return
+    html = render(f"```{language}\n{code}\n```\n")
+    plain = render(f"```\n{code}\n```\n") if language else html
+    assert BeautifulSoup(html, "html.parser").get_text() == (
+        BeautifulSoup(plain, "html.parser").get_text()
+    )
+
+
+def test_the_shipped_highlight_css_is_the_generated_one():
+    from pathlib import Path
+
+    from answers.rendering import highlight_css
+
+    shipped = Path(__file__).resolve().parent.parent / "answers/static/answers/highlight.css"
+    assert shipped.read_text() == highlight_css(), (
+        "regenerate answers/static/answers/highlight.css from answers.rendering.highlight_css()"
+    )
+
+
+def test_a_passage_renders_as_markdown_and_none_of_its_markers_is_a_citation():
+    from answers.rendering import render_passage_html
+
+    soup = BeautifulSoup(render_passage_html("See `x` and **this** [1] [2]."), "html.parser")
+    assert soup.select_one("code").get_text() == "x" and soup.select_one("strong")
+    assert not soup.select("a.citation") and "[1] [2]" in soup.get_text()

@@ -131,3 +131,33 @@ def test_a_source_with_its_own_url_also_links_its_copy_in_the_corpus():
     )
     assert html.count("copy in the corpus") == 1
     assert 'href="/documents/7/"' in html
+
+
+def test_a_conversation_page_is_its_owners_only(client, asker, other_asker, scripted):
+    import uuid
+
+    scripted.script = ["Lambdas [1]."]
+    mine = ask(user=asker, question="What is a lambda expression?")
+    theirs = ask(user=other_asker, question="What does the global statement do?")
+    client.force_login(asker)
+    page = client.get(f"/conversations/{mine.answer.conversation_id}/").content.decode()
+    assert "What is a lambda expression?" in page
+    assert f'data-conversation-id="{mine.answer.conversation_id}"' in page
+    for conversation in (theirs.answer.conversation_id, uuid.uuid4()):
+        assert client.get(f"/conversations/{conversation}/").status_code == 404
+    listing = client.get("/answers/").content.decode()
+    assert f"/conversations/{mine.answer.conversation_id}/" in listing
+    assert f"/conversations/{theirs.answer.conversation_id}/" not in listing
+    assert "global statement" not in listing
+
+
+def test_a_conversation_rechecks_each_answers_sources_for_the_viewer(client, member, scripted):
+    scripted.script = ["Launch plan [1]."]
+    done = ask(user=member, question="Nightjar zeppelin launch hangar")
+    restricted = [r for r in done.answer.references if r.title in RESTRICTED]
+    assert restricted
+    member.groups.clear()
+    client.force_login(member)
+    html = client.get(f"/conversations/{done.answer.conversation_id}/").content.decode()
+    assert restricted[0].title not in html and "Launch plan" not in html
+    assert "withheld" in html

@@ -316,8 +316,9 @@ def test_someone_elses_answer_page_is_not_found(client, asker, two_answers):
     response = client.get(f"/answers/{theirs.answer_id}/")
     assert response.status_code == 404
     assert client.get(f"/answers/{_missing_id()}/").status_code == 404
-    listing = client.get("/answers/").content.decode()
-    assert f"/answers/{theirs.answer_id}/" not in listing
+    listing = client.get("/answers/").content.decode()  # the history: conversations
+    assert f"/conversations/{mine.conversation_id}/" in listing
+    assert f"/conversations/{theirs.conversation_id}/" not in listing
 
 
 @pytest.mark.django_db(transaction=True)
