@@ -63,9 +63,7 @@ def test_sanitizing_the_output_again_changes_nothing(text):
 
 
 def test_fenced_code_is_highlighted_by_its_language_with_classes_only():
-    html = render(
-        "Square it [1]:\n\n```python\nsquare = lambda x: x * x  # [2]\n```\n", count=2
-    )
+    html = render("Square it [1]:\n\n```python\nsquare = lambda x: x * x  # [2]\n```\n", count=2)
     soup = BeautifulSoup(html, "html.parser")
     code = soup.select_one("pre code.hl.language-python")
     assert code.select_one("span.hl-k").get_text() == "lambda"
