@@ -24,6 +24,7 @@ from tests.browser import (
     log_in,
     new_page,
     screenshot,
+    start_asking,
 )
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -182,6 +183,21 @@ def test_a_stopped_answer_says_so_and_can_be_asked_again(
         page.context.close()
 
 
+def test_focus_stays_where_the_reader_is_when_the_sources_are_replaced(
+    slow_page: Page, asker
+) -> None:
+    log_in(slow_page, "asker", "pw-asker")
+    turn = start_asking(slow_page, QUESTION)
+    # Reading a retrieved source while the answer is written: when the panel is replaced
+    # by the final one, focus goes to its heading, not to the page or the question box.
+    turn.locator("[data-sources-panel] .source-title").first.focus()
+    expect(turn.locator("[data-sources-panel]")).to_have_attribute(
+        "data-state", "final", timeout=30_000
+    )
+    expect(turn.locator("[data-sources-panel] h3")).to_be_focused()
+    assert slow_page.errors.messages == []  # type: ignore[attr-defined]
+
+
 def test_the_history_lists_conversations_and_opening_one_continues_it(
     page: Page, asker, other_asker
 ) -> None:
@@ -265,25 +281,32 @@ def test_code_is_highlighted_and_readable_in_light_and_dark(
             page.context.close()
 
 
-@pytest.mark.parametrize("scheme", ["light", "dark"])
+@pytest.mark.parametrize(("scheme", "size"), [("light", "desktop"), ("dark", "phone")])
 def test_every_page_passes_an_accessibility_check(
-    browser: Browser, daphne_live_server, asker, scheme
+    browser: Browser, daphne_live_server, asker, scheme, size
 ) -> None:
     done = ask_off_loop(user=asker, question=QUESTION)
-    page = new_page(browser, daphne_live_server.url, color_scheme=scheme)
+    page = new_page(browser, daphne_live_server.url, color_scheme=scheme, viewport=VIEWPORTS[size])
+
+    def check(where: str) -> None:
+        assert_accessible(page, where=f"{where} ({scheme}, {size})")
+        assert_fits(page)
+
     try:
         page.goto("/accounts/login/")
-        assert_accessible(page, where="the login page")
+        check("the login page")
         log_in(page, "asker", "pw-asker")
-        assert_accessible(page, where="the empty ask page")
+        check("the empty ask page")
         page.goto("/answers/")
-        assert_accessible(page, where="the history")
+        check("the history")
         page.goto(f"/conversations/{done.answer.conversation_id}/")
-        assert_accessible(page, where="a conversation")
+        check("a conversation")
         page.goto(f"/answers/{done.answer.answer_id}/")
         page.locator("details.source-passage summary").first.click()
-        assert_accessible(page, where="an answer page, a passage open")
+        check("an answer page, a passage open")
+        page.goto(f"/documents/{done.answer.references[0].document_id}/")
+        check("a document page")
         page.goto("/no-such-page/")
-        assert_accessible(page, where="the not-found page")
+        check("the not-found page")
     finally:
         page.context.close()

@@ -345,7 +345,10 @@
       current = null;
       remember(null);
       setBusy(false);
-      textarea.focus();
+      // Back to the question for the follow-up, unless the reader has moved on (into the
+      // answer or its sources): focus is never taken from where someone is reading.
+      var active = document.activeElement;
+      if (!active || active === document.body || form.contains(active)) textarea.focus();
     }
 
     var socket = answerSocket({
