@@ -30,7 +30,7 @@ from contextlib import aclosing
 from typing import Any
 
 from asgiref.sync import sync_to_async
-from channels.layers import BaseChannelLayer, get_channel_layer
+from channels.layers import BaseChannelLayer, InMemoryChannelLayer, get_channel_layer
 from django.core.cache import BaseCache, caches
 from django.core.cache.backends.locmem import LocMemCache
 from django.utils import timezone
@@ -47,6 +47,41 @@ ABANDONED_MESSAGE = "The answer was interrupted before it finished. Please ask a
 # Generations running in this process, by answer id (a strong reference keeps each task
 # alive after the socket that asked has gone).
 _running: dict[int, asyncio.Task[None]] = {}
+
+
+class _LocalStream:
+    """An answer being generated in this process: the events published so far and a queue
+    per follower in this process. Followers here get each event from the publisher
+    directly (no layer round trip, no polling); the layer carries only what a follower
+    in another process needs."""
+
+    def __init__(self) -> None:
+        self.events: list[StreamEvent] = []
+        self.queues: set[asyncio.Queue[StreamEvent | None]] = set()
+        self.ended = False
+        # Set by a stop asked in this process (one from elsewhere comes over the layer).
+        self.stop = asyncio.Event()
+
+    def add(self, event: StreamEvent) -> None:
+        self.events.append(event)
+        for queue in self.queues:
+            queue.put_nowait(event)
+
+    def end(self) -> None:
+        """No more events (normally after the terminal one): wake every follower."""
+        self.ended = True
+        for queue in self.queues:
+            queue.put_nowait(None)
+
+
+# Answers generated here, by stream name, until their generation ends.
+_local: dict[str, _LocalStream] = {}
+
+
+def _layer_is_shared() -> bool:
+    """Whether another process can follow or stop an answer through the layer (Redis):
+    with the in-memory layer, none can, and publishing to it would only cost."""
+    return not isinstance(_layer(), InMemoryChannelLayer)
 
 
 class AnswerNotFound(pipeline.AskRefused):
@@ -147,8 +182,10 @@ async def _log_read(stream: str, after: int, upto: int | None) -> list[StreamEve
 
 
 class _Publisher:
-    def __init__(self, stream: str) -> None:
+    def __init__(self, stream: str, local: _LocalStream) -> None:
         self.stream = stream
+        self.local = local
+        self.shared = _layer_is_shared()
         self.seq = 0
         self.finished = False
         # Set with the cancel: a cancel that lands in a sync_to_async call is swallowed
@@ -162,31 +199,45 @@ class _Publisher:
         # this code version (a rolling deploy) and Redis carries msgpack.
         entry = numbered.to_dict()
         await _log_write(self.stream, entry)
-        await _layer().group_send(_group(self.stream), {"type": "answer.event", "event": entry})
+        self.local.add(numbered)
+        if self.shared:
+            message = {"type": "answer.event", "event": entry}
+            await _layer().group_send(_group(self.stream), message)
         self.finished = numbered.terminal
 
 
 async def answer_stream_start(*, run: pipeline.AnswerRun) -> None:
     """Generate ``run``'s answer in this process, whoever follows it (or nobody)."""
     answer_id = run.answer.pk
-    layer = _layer()
+    stream = _stream_name(run.answer)
+    control: str | None = None
     try:
-        # Listening for "stop" before returning: a stop sent right after the ask is not lost.
-        control = await layer.new_channel()
-        await layer.group_add(_control_group(_stream_name(run.answer)), control)
+        layer = _layer()
+        if _layer_is_shared():
+            # Listening for a "stop" from another process before returning: a stop sent
+            # right after the ask is not lost.
+            control = await layer.new_channel()
+            await layer.group_add(_control_group(stream), control)
     except Exception:
         logger.exception("The stream of answer %s could not start", answer_id)
         await run.fail("the channel layer could not be reached")
         raise StreamUnavailable(
             "Answers cannot be streamed right now. Please try again shortly."
         ) from None
+    local = _local[stream] = _LocalStream()
     # A fresh context: the task must not inherit the request's (Django runs each request's
     # thread-sensitive work on an executor that ends with the request).
     task = asyncio.create_task(
-        _generate(run, control), name=f"answer-{answer_id}", context=contextvars.Context()
+        _generate(run, control, local), name=f"answer-{answer_id}", context=contextvars.Context()
     )
     _running[answer_id] = task
-    task.add_done_callback(lambda _: _running.pop(answer_id, None))
+
+    def _ended(_: asyncio.Task[None]) -> None:
+        _running.pop(answer_id, None)
+        _local.pop(stream, None)
+        local.end()
+
+    task.add_done_callback(_ended)
 
 
 _WAKE = {"type": "answer.wake"}
@@ -209,19 +260,22 @@ async def _end_receive(
     pending.add_done_callback(lambda f: f.cancelled() or f.exception())
 
 
-async def _generate(run: pipeline.AnswerRun, control: str) -> None:
+async def _generate(run: pipeline.AnswerRun, control: str | None, local: _LocalStream) -> None:
     answer_id = run.answer.pk
     stream = _stream_name(run.answer)
-    publisher = _Publisher(stream)
+    publisher = _Publisher(stream, local)
     layer = _layer()
     produce = asyncio.create_task(_produce(run, publisher))
-    stop = asyncio.ensure_future(layer.receive(control))
+    stop_here = asyncio.ensure_future(local.stop.wait())
+    stop_there = asyncio.ensure_future(layer.receive(control)) if control else None
+    waiting = {produce, stop_here} | ({stop_there} if stop_there else set())
     try:
-        await asyncio.wait({produce, stop}, return_when=asyncio.FIRST_COMPLETED)
-        if not produce.done() and stop.exception() is not None:
-            # The layer failed under the listener: keep generating, only unstoppable now.
-            logger.warning("Answer %s lost its stop channel: %r", answer_id, stop.exception())
-            await produce
+        done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+        lost = stop_there is not None and stop_there in done and not produce.done()
+        if lost and stop_there is not None and stop_there.exception() is not None:
+            # The layer failed under the listener: only a stop from this process works now.
+            logger.warning("Answer %s lost its stop channel: %r", answer_id, stop_there.exception())
+            await asyncio.wait({produce, stop_here}, return_when=asyncio.FIRST_COMPLETED)
         if not produce.done():
             # Stopped: the pipeline stores the partial answer as interrupted on the way out.
             publisher.stopping = True
@@ -235,9 +289,11 @@ async def _generate(run: pipeline.AnswerRun, control: str) -> None:
     finally:
         if not produce.done():  # this task itself was cancelled (shutdown)
             produce.cancel()
-        await _end_receive(layer, control, stop)
-        with contextlib.suppress(Exception):
-            await layer.group_discard(_control_group(stream), control)
+        stop_here.cancel()
+        if control is not None:
+            await _end_receive(layer, control, stop_there)
+            with contextlib.suppress(Exception):
+                await layer.group_discard(_control_group(stream), control)
 
 
 async def _produce(run: pipeline.AnswerRun, publisher: _Publisher) -> None:
@@ -274,7 +330,11 @@ async def answer_stream_stop(*, answer_id: int, user: Any) -> None:
     answer = await sync_to_async(_answer_for_follower)(answer_id, user)
     if answer.status != Answer.Status.STREAMING:
         raise AnswerNotStreaming("The answer is not being generated.", answer=answer)
-    await _layer().group_send(_control_group(_stream_name(answer)), {"type": "answer.stop"})
+    local = _local.get(_stream_name(answer))
+    if local is not None:
+        local.stop.set()  # generated here
+    elif _layer_is_shared():
+        await _layer().group_send(_control_group(_stream_name(answer)), {"type": "answer.stop"})
 
 
 async def answer_streams_wait(timeout: float | None = None) -> None:
@@ -323,29 +383,56 @@ async def _settled(answer_id: int, user: Any) -> StreamEvent | None:
 async def answer_stream_ask(*, run: pipeline.AnswerRun) -> AsyncGenerator[StreamEvent, None]:
     """Start generating ``run``'s answer and return the asker's follower of it.
 
-    Subscribed before the first event is published, so the asker's stream needs neither
-    the log nor the database to begin (``answer_stream_follow`` is for everyone else).
-    Raises ``StreamUnavailable`` (the answer stored as failed) when the layer is down."""
-    layer = _layer()
-    stream = _stream_name(run.answer)
-    try:
-        channel = await layer.new_channel()
-        await layer.group_add(_group(stream), channel)
-    except Exception:
-        logger.exception("The stream of answer %s could not be followed", run.answer.pk)
-        await run.fail("the channel layer could not be reached")
-        raise StreamUnavailable(
-            "Answers cannot be streamed right now. Please try again shortly."
-        ) from None
-    try:
-        await answer_stream_start(run=run)
-    except StreamUnavailable:
-        with contextlib.suppress(Exception):
-            await layer.group_discard(_group(stream), channel)
-        raise
-    return _relay(
-        layer, channel, stream, answer_id=run.answer.pk, user=run.user, after=0, replay=False
+    Generated in this process, so the asker follows it here, from its first event, with
+    neither the layer, the log nor the database (``answer_stream_follow`` is for everyone
+    else). Raises ``StreamUnavailable`` (the answer stored as failed) when the layer is
+    down."""
+    await answer_stream_start(run=run)
+    local = _local.get(_stream_name(run.answer))
+    if local is None:  # already over (it cannot be, but the stored result would do)
+        return _stored(answer_id=run.answer.pk, user=run.user)
+    return _follow_here(local, answer_id=run.answer.pk, user=run.user, after=0)
+
+
+async def _stored(*, answer_id: int, user: Any) -> AsyncGenerator[StreamEvent, None]:
+    settled = await _settled(answer_id, user)
+    yield settled or StreamEvent(
+        seq=None, event=ErrorEvent(ABANDONED_MESSAGE, answer_id=answer_id, code="interrupted")
     )
+
+
+async def _follow_here(
+    local: _LocalStream, *, answer_id: int, user: Any, after: int
+) -> AsyncGenerator[StreamEvent, None]:
+    """The events after ``after`` of an answer generated in this process: those published
+    so far, then each one as it is published."""
+    queue: asyncio.Queue[StreamEvent | None] = asyncio.Queue()
+    local.queues.add(queue)  # before reading what is there: nothing falls in between
+    last = after
+    try:
+        for event in list(local.events):
+            if event.seq is not None and event.seq > last:
+                yield event
+                last = event.seq
+                if event.terminal:
+                    return
+        while not (local.ended and queue.empty()):
+            item = await queue.get()
+            if item is None:
+                break
+            if item.seq is None or item.seq <= last:
+                continue
+            yield item
+            last = item.seq
+            if item.terminal:
+                return
+        # The generation ended without a last word (this process is shutting down):
+        # whatever the database says now.
+        async with aclosing(_stored(answer_id=answer_id, user=user)) as stored:
+            async for event in stored:
+                yield event
+    finally:
+        local.queues.discard(queue)
 
 
 async def answer_stream_follow(
@@ -361,10 +448,14 @@ async def answer_stream_follow(
         yield withheld
         return
     stream = _stream_name(answer)
-    layer = _layer()
-    channel = await layer.new_channel()
-    await layer.group_add(_group(stream), channel)
-    events = _relay(layer, channel, stream, answer_id=answer_id, user=user, after=after)
+    local = _local.get(stream)
+    if local is not None:
+        events = _follow_here(local, answer_id=answer_id, user=user, after=after)
+    else:
+        layer = _layer()
+        channel = await layer.new_channel()
+        await layer.group_add(_group(stream), channel)
+        events = _relay(layer, channel, stream, answer_id=answer_id, user=user, after=after)
     async with aclosing(events):
         async for event in events:
             yield event
