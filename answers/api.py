@@ -197,17 +197,20 @@ async def create_answer(request: HttpRequest, payload: AskIn) -> Any:
     `done` (this operation's JSON body plus `number_map`) or one `error` (`message`, `code`).
     Every event's data also carries its `type` (answers/events.py is the vocabulary).
     Each event's `id` is its sequence number in the answer's stream. Refusals (401, 403,
-    404, 422, and 503 when the channel layer is unreachable) come as JSON before any
+    404, 422, and 503 when the channel layer is unreachable or the server is restarting,
+    with `Retry-After`) come as JSON before any
     event. The answer is generated to the end even if the client goes away:
     `GET /answers/{answer_id}/events` resumes it, and `POST /answers/{answer_id}/stop`
     stops it.
     """
     if "text/event-stream" in request.headers.get("Accept", ""):
-        user = request.auth  # type: ignore[attr-defined]
-        run = await pipeline.start_answer(
-            user=user, question=payload.question, conversation_id=payload.conversation_id
+        asked = await streams.answer_stream_begin(
+            user=request.auth,  # type: ignore[attr-defined]
+            question=payload.question,
+            conversation_id=payload.conversation_id,
         )
-        return _event_stream(await streams.answer_stream_ask(run=run))
+        return _event_stream(asked.events)
+    streams.answer_streams_check_accepting()
     last = await pipeline.answer_question(
         user=request.auth,  # type: ignore[attr-defined]
         question=payload.question,

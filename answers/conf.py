@@ -226,6 +226,15 @@ SETTINGS: tuple[Setting, ...] = (
         7 * 86400,
     ),
     Setting(
+        "SHUTDOWN_GRACE",
+        20.0,
+        "Seconds a process told to stop (SIGTERM) lets its running answers finish; it takes "
+        "no new questions meanwhile, and stores those still running then as interrupted.",
+        0.0,
+        3600,
+        env="ANSWERS_SHUTDOWN_GRACE",
+    ),
+    Setting(
         "STREAM_POLL_INTERVAL",
         2.0,
         "Seconds a follower waits for a live event before re-reading the log (recovers a "

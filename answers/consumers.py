@@ -150,10 +150,9 @@ class AnswerConsumer(AsyncJsonWebsocketConsumer):
         if user is None:
             return
         try:
-            run = await pipeline.start_answer(
+            asked = await streams.answer_stream_begin(
                 user=user, question=question, conversation_id=conversation_id
             )
-            events = await streams.answer_stream_ask(run=run)
         except pipeline.AskRefused as exc:
             await self._error(exc.message, exc.code, last=True)
             return
@@ -163,10 +162,10 @@ class AnswerConsumer(AsyncJsonWebsocketConsumer):
             await self._error(pipeline.GENERIC_ERROR, "failed", last=True)
             return
         # Only now may "stop" go to the answer: before, the generation was not listening.
-        self.answer_id = run.answer.pk
+        self.answer_id = asked.answer_id
         if self.stop_requested:  # "stop" came while the question was being prepared
-            await self._stop_answer(run.answer.pk, user)
-        await self._relay(run.answer.pk, events)
+            await self._stop_answer(asked.answer_id, user)
+        await self._relay(asked.answer_id, asked.events)
 
     async def _follow(self, answer_id: int, after: int) -> None:
         user = await self._user_now()

@@ -168,6 +168,9 @@ class AnswerRun:
     prompt: Prompt
     started: float
     began: bool = field(default=False, init=False)
+    #: stored as the error of an answer stopped before it ended (a server shutting down
+    #: says so instead)
+    stop_reason: str = field(default="stopped by the client", init=False)
 
     @property
     def anchor_prefix(self) -> str:
@@ -186,9 +189,7 @@ class AnswerRun:
         """The last word of a run its client stopped (``events()`` cancelled or closed)."""
         if not self.began:
             # Stopped before generation began: nothing was generated or stored yet.
-            return await self._complete(
-                "", Answer.Status.INTERRUPTED, None, "stopped by the client"
-            )
+            return await self._complete("", Answer.Status.INTERRUPTED, None, self.stop_reason)
         return await stored_done(answer_id=self.answer.pk, user=self.user)
 
     async def fail(self, reason: str) -> None:
@@ -213,7 +214,6 @@ class AnswerRun:
         outcome = Answer.Status.INTERRUPTED
         shown = MarkerStreamFilter(len(self.sources))
         usage: Usage | None = None
-        reason = "stopped by the client"
         provider = get_provider()
         deltas = guarded_stream(lambda: provider.stream(self.prompt), StreamLimits.from_settings())
         self.began = True  # from here on, however it ends, the outcome is stored
@@ -237,6 +237,8 @@ class AnswerRun:
             outcome = Answer.Status.FAILED
             reason = _failure_reason(exc)
         finally:
+            if outcome == Answer.Status.INTERRUPTED:
+                reason = self.stop_reason  # read now: a shutdown sets it on the way
             if outcome != Answer.Status.COMPLETE:
                 # Stopped, disconnected or failed: keep what was generated, with consistent
                 # references, whatever happens to the caller.

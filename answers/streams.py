@@ -25,8 +25,10 @@ import asyncio
 import contextlib
 import contextvars
 import logging
+import uuid
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
+from dataclasses import dataclass
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -61,6 +63,7 @@ class _LocalStream:
         self.ended = False
         # Set by a stop asked in this process (one from elsewhere comes over the layer).
         self.stop = asyncio.Event()
+        self.stop_reason = ""
 
     def add(self, event: StreamEvent) -> None:
         self.events.append(event)
@@ -76,6 +79,10 @@ class _LocalStream:
 
 # Answers generated here, by stream name, until their generation ends.
 _local: dict[str, _LocalStream] = {}
+# Set when this process is shutting down (answer_streams_drain): no new questions.
+_draining = False
+DRAINING_MESSAGE = "This server is restarting. Please ask again in a moment."
+DRAINING_RETRY_AFTER = 2
 
 
 def _layer_is_shared() -> bool:
@@ -104,6 +111,17 @@ class StreamUnavailable(pipeline.AskRefused):
     """The channel layer (Redis) cannot be reached: the answer cannot be streamed."""
 
     code = "unavailable"
+
+
+class ServerDraining(StreamUnavailable):
+    """This process is shutting down: asked again, another one (or this one restarted)
+    will answer. Refused before anything is stored."""
+
+
+def answer_streams_check_accepting() -> None:
+    """Raise ``ServerDraining`` once this process has begun shutting down."""
+    if _draining:
+        raise ServerDraining(DRAINING_MESSAGE, retry_after=DRAINING_RETRY_AFTER)
 
 
 def _stream_name(answer: Answer) -> str:
@@ -278,6 +296,8 @@ async def _generate(run: pipeline.AnswerRun, control: str | None, local: _LocalS
             await asyncio.wait({produce, stop_here}, return_when=asyncio.FIRST_COMPLETED)
         if not produce.done():
             # Stopped: the pipeline stores the partial answer as interrupted on the way out.
+            if local.stop_reason:
+                run.stop_reason = local.stop_reason
             publisher.stopping = True
             produce.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -337,6 +357,60 @@ async def answer_stream_stop(*, answer_id: int, user: Any) -> None:
         await _layer().group_send(_control_group(_stream_name(answer)), {"type": "answer.stop"})
 
 
+async def answer_streams_drain(*, grace: float) -> None:
+    """Shut down this process's streams: take no new questions, let the running answers
+    finish for up to ``grace`` seconds, then stop the rest, which stores each as
+    interrupted with its partial text and finalized citations. Followers here get that
+    last word; followers elsewhere get it from the log or the database."""
+    global _draining
+    _draining = True
+    loop = asyncio.get_running_loop()
+    tasks = [t for t in _running.values() if not t.done() and t.get_loop() is loop]
+    streams = list(_local.values())
+    logger.info("Shutting down: %d answer(s) running, %.0f s to finish", len(tasks), grace)
+    _, late = await asyncio.wait(tasks, timeout=grace) if tasks else (set(), set())
+    if late:
+        logger.warning("Shutting down: stopping %d answer(s) still running", len(late))
+        for local in streams:
+            local.stop_reason = "stopped: the server shut down"
+            local.stop.set()  # the same path as a user's stop
+        _, stuck = await asyncio.wait(late, timeout=5.0)
+        for task in stuck:
+            task.cancel()
+    # Followers here were woken with the last word: let them send it before the loop
+    # stops (a follower left waiting would be collected with a dead loop).
+    deadline = loop.time() + 2.0
+    while any(local.queues for local in streams) and loop.time() < deadline:
+        await asyncio.sleep(0.02)
+    # And the server's own cancellations (daphne cancels every connection's consumer as
+    # it stops) a few turns of the loop to finish: a consumer still waiting for its next
+    # message when the loop goes is collected with it, which crashed the interpreter
+    # (SIGSEGV, exit -11) on CPython 3.11.
+    for _ in range(5):
+        await asyncio.sleep(0.01)
+
+
+def answer_streams_drain_on_shutdown() -> bool:
+    """Under daphne, run ``answer_streams_drain`` (``SHUTDOWN_GRACE``) when the server is
+    told to stop (SIGTERM, SIGINT), before it stops: call it from the ASGI module. False
+    (nothing done) under a server that is not Twisted's; there, call the drain from its
+    own shutdown hook (an ASGI lifespan ``shutdown``)."""
+    import sys
+
+    if "twisted.internet.reactor" not in sys.modules:
+        return False
+    from twisted.internet import defer
+    from twisted.internet import reactor as installed
+
+    def drain() -> defer.Deferred[None]:
+        grace = float(answers_settings.SHUTDOWN_GRACE)
+        return defer.Deferred.fromFuture(asyncio.ensure_future(answer_streams_drain(grace=grace)))
+
+    reactor: Any = installed  # an IReactorCore (zope interfaces type badly)
+    reactor.addSystemEventTrigger("before", "shutdown", drain)
+    return True
+
+
 async def answer_streams_wait(timeout: float | None = None) -> None:
     """Wait for this process's generations to end (shutdown, tests)."""
     loop = asyncio.get_running_loop()
@@ -378,6 +452,25 @@ async def _settled(answer_id: int, user: Any) -> StreamEvent | None:
     if event is None:
         return None
     return StreamEvent(seq=None, event=event)
+
+
+@dataclass(frozen=True)
+class AskedStream:
+    """A question being answered: its answer's id, and the asker's stream of its events."""
+
+    answer_id: int
+    events: AsyncGenerator[StreamEvent, None]
+
+
+async def answer_stream_begin(
+    *, user: Any, question: object, conversation_id: uuid.UUID | None
+) -> AskedStream:
+    """The one way a transport asks for a streamed answer: refused before anything is
+    stored while this process shuts down; otherwise the question is stored
+    (``pipeline.start_answer``, which raises its own refusals) and generated here."""
+    answer_streams_check_accepting()
+    run = await pipeline.start_answer(user=user, question=question, conversation_id=conversation_id)
+    return AskedStream(answer_id=run.answer.pk, events=await answer_stream_ask(run=run))
 
 
 async def answer_stream_ask(*, run: pipeline.AnswerRun) -> AsyncGenerator[StreamEvent, None]:

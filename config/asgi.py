@@ -31,6 +31,10 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
 from answers.origin import SiteOriginValidator  # noqa: E402
 from answers.routing import websocket_urlpatterns  # noqa: E402
+from answers.streams import answer_streams_drain_on_shutdown  # noqa: E402
+
+# SIGTERM lets running answers finish (ANSWERS["SHUTDOWN_GRACE"]) before daphne stops.
+answer_streams_drain_on_shutdown()
 
 application = ProtocolTypeRouter(
     {

@@ -110,6 +110,8 @@ def _server_env(database: dict[str, Any]) -> dict[str, str]:
             # The same test run as far as tests.settings is concerned (Redis prefixes).
             "ANSWERS_TEST_DB": str(database["NAME"]),
             "ANSWERS_EXTRACTIVE_DELAY": EXTRACTIVE_DELAY,
+            # Stopping a server at the end of a test need not wait for its answers long.
+            "ANSWERS_SHUTDOWN_GRACE": "1",
             # DEBUG is off in tests.settings, which would make cookies Secure (no login
             # over plain http).
             "DJANGO_SECURE_COOKIES": "0",
