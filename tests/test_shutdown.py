@@ -17,7 +17,7 @@ from answers import streams
 from answers.models import Answer, Question
 from tests.helpers import api_post, assert_json_error, bearer_headers
 from tests.live import run_live_server
-from tests.sockets import live_socket, session_cookie
+from tests.sockets import ask_on, connected, live_socket, scoped_socket, session_cookie
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -80,3 +80,18 @@ async def test_a_draining_process_refuses_new_questions_before_storing_anything(
         assert response["Retry-After"] == str(streams.DRAINING_RETRY_AFTER)
         assert response.json()["detail"] == streams.DRAINING_MESSAGE
     assert await Question.objects.acount() == 0
+
+
+async def test_a_draining_process_refuses_a_question_on_the_socket_and_keeps_it_open(
+    corpus, asker, monkeypatch
+):
+    monkeypatch.setattr(streams, "_draining", True)
+    comm = await connected(scoped_socket(asker))
+    (error,) = await ask_on(comm, QUESTION)
+    assert (error["type"], error["code"], error["message"]) == (
+        "error", "unavailable", streams.DRAINING_MESSAGE
+    )  # fmt: skip
+    assert await Question.objects.acount() == 0
+    monkeypatch.setattr(streams, "_draining", False)  # the same socket, once it passes
+    assert (await ask_on(comm, QUESTION))[-1]["type"] == "done"
+    await comm.disconnect()
