@@ -17,7 +17,7 @@ event a client gets (generation, citation rules and storing the answer included)
 
 Each figure is the best of ``RUNS`` runs after a warm-up (noise only ever adds time). The
 notes split a relayed event into its parts: the log write (through a worker thread, as
-streams.py does it, and the cache call alone), the group send and the receive.
+answers.streams does it, and the cache call alone), the group send and the receive.
 """
 
 from __future__ import annotations
@@ -127,7 +127,7 @@ async def _one_relayed(user: User, followers: int) -> list[tuple[list[streams.St
 
 async def _relayed(user: User, events: int, followers: int = 1, answers: int = 1) -> Outcome:
     """``events``: how many each answer publishes (the direct run's count: the provider is
-    deterministic, and streams.py relays the pipeline's events one for one)."""
+    deterministic, and answers.streams relays the pipeline's events one for one)."""
     start = time.perf_counter()
     per_answer = await asyncio.gather(*(_one_relayed(user, followers) for _ in range(answers)))
     results = [result for answer in per_answer for result in answer]
@@ -170,7 +170,7 @@ async def _per_call(fn: Callable[[int], Awaitable[object]]) -> float:
 
 
 async def _parts() -> dict[str, float]:
-    """Seconds per call of each step streams.py takes per event (ADR 0008: one cache
+    """Seconds per call of each step answers.streams takes per event (ADR 0008: one cache
     write, then one group send; the follower's receive), through the public cache and
     layer APIs, on keys and a group of the bench's own."""
     layer = get_channel_layer()
@@ -188,7 +188,7 @@ async def _parts() -> dict[str, float]:
         # The log's shape: the event under its seq, and the last seq.
         cache.set_many({f"bench:relay:{seq}": entry(seq), "bench:relay:last": seq}, timeout=ttl)
 
-    # As streams.py does it: off the ORM's thread, on a worker thread.
+    # As answers.streams does it: off the ORM's thread, on a worker thread.
     threaded = sync_to_async(write, thread_sensitive=False)
 
     async def inline(seq: int) -> None:

@@ -206,7 +206,7 @@ if REDIS_URL:
             },
         }
     }
-    # The stream log (answers/streams.py) lives in the cache, so every process reads it.
+    # The stream log (answers/streams/log.py) lives in the cache, so every process reads it.
     CACHES = {
         "default": {
             "BACKEND": "django.core.cache.backends.redis.RedisCache",

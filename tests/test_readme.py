@@ -202,7 +202,17 @@ def test_the_layout_lists_every_module_of_the_app():
     ]
     missing = [name for name in modules if name not in layout]
     assert not missing, f"README Layout does not list: {missing}"
-    for name in ("bm25.py", "postgres.py", "sqlite_fts5.py", "stemming.py", "extractive.py"):
+    for name in (
+        "bm25.py",
+        "postgres.py",
+        "sqlite_fts5.py",
+        "stemming.py",
+        "extractive.py",
+        "generation.py",
+        "relay.py",
+        "log.py",
+        "refusals.py",
+    ):
         assert name in layout
 
 

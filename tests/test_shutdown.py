@@ -15,6 +15,7 @@ from django.test import AsyncClient
 
 from answers import streams
 from answers.models import Answer, Question
+from answers.streams import generation
 from tests.helpers import api_post, assert_json_error, bearer_headers
 from tests.live import run_live_server
 from tests.sockets import ask_on, connected, live_socket, scoped_socket, session_cookie
@@ -69,7 +70,7 @@ async def test_sigterm_stores_an_answer_still_running_after_the_grace_as_interru
 async def test_a_draining_process_refuses_new_questions_before_storing_anything(
     corpus, asker, monkeypatch
 ):
-    monkeypatch.setattr(streams, "_draining", True)
+    monkeypatch.setattr(generation, "draining", True)
     auth = await sync_to_async(bearer_headers)(asker, name="t")
     for accept in ("application/json", "text/event-stream"):
         response = await api_post(
@@ -85,13 +86,13 @@ async def test_a_draining_process_refuses_new_questions_before_storing_anything(
 async def test_a_draining_process_refuses_a_question_on_the_socket_and_keeps_it_open(
     corpus, asker, monkeypatch
 ):
-    monkeypatch.setattr(streams, "_draining", True)
+    monkeypatch.setattr(generation, "draining", True)
     comm = await connected(scoped_socket(asker))
     (error,) = await ask_on(comm, QUESTION)
     assert (error["type"], error["code"], error["message"]) == (
         "error", "unavailable", streams.DRAINING_MESSAGE
     )  # fmt: skip
     assert await Question.objects.acount() == 0
-    monkeypatch.setattr(streams, "_draining", False)  # the same socket, once it passes
+    monkeypatch.setattr(generation, "draining", False)  # the same socket, once it passes
     assert (await ask_on(comm, QUESTION))[-1]["type"] == "done"
     await comm.disconnect()

@@ -15,6 +15,7 @@ from django.utils import timezone
 from answers import pipeline, streams
 from answers.events import TokenEvent
 from answers.models import Answer
+from answers.streams import log as stream_log
 from tests.helpers import api_post, assert_json_error, bearer_headers
 from tests.sockets import receive_until_final, scoped_socket
 
@@ -96,8 +97,8 @@ async def test_resuming_a_finished_answer_replays_its_log_then_the_stored_result
     assert replayed == asked[2:]
 
     # The log has expired.
-    stream = streams._stream_name(await Answer.objects.aget(pk=answer_id))
-    keys = [streams._log_key(stream, part) for part in [*range(1, len(asked) + 1), "last"]]
+    stream = stream_log.stream_name(await Answer.objects.aget(pk=answer_id))
+    keys = [stream_log.log_key(stream, part) for part in [*range(1, len(asked) + 1), "last"]]
     await asyncio.to_thread(cache.delete_many, keys)
     await comm.send_json_to({"type": "resume", "answer_id": answer_id, "after": 2})
     (stored,) = await receive_until_final(comm)
@@ -180,7 +181,7 @@ async def test_stop_sent_while_the_question_is_prepared_is_not_lost(corpus, aske
 
 async def _log(answer: Answer, seq: int, kind: str, **data: object) -> dict:
     entry = {"seq": seq, "type": kind, **data}
-    await streams._log_write(streams._stream_name(answer), entry)
+    await stream_log.log_write(stream_log.stream_name(answer), entry)
     return entry
 
 
@@ -197,7 +198,7 @@ async def test_a_message_the_layer_dropped_is_read_from_the_log(corpus, asker):
     entries = [await _log(answer, seq, "token", text=f"t{seq}") for seq in (1, 2, 3)]
     layer = get_channel_layer()
     # Only the third reaches the group; the first two were "dropped".
-    group = streams._group(streams._stream_name(answer))
+    group = stream_log.answer_group(stream_log.stream_name(answer))
     await layer.group_send(group, {"type": "answer.event", "event": entries[2]})
     got = [await first, await anext(follow), await anext(follow)]
     assert [(e.seq, e.event.text) for e in got] == [(1, "t1"), (2, "t2"), (3, "t3")]

@@ -1,0 +1,280 @@
+"""Generation and stop: each answer runs as a task of the process that took the question,
+publishing every event to its log, to its followers in this process, and (when another
+process could follow it) to the channel layer; stopped by its owner or by a shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import logging
+from contextlib import aclosing
+from typing import Any
+
+from asgiref.sync import sync_to_async
+
+from .. import pipeline
+from ..conf import answers_settings
+from ..events import ErrorEvent, Event, StreamEvent
+from ..models import Answer
+from .log import (
+    answer_group,
+    control_group,
+    end_receive,
+    layer,
+    layer_is_shared,
+    log_write,
+    stream_name,
+)
+from .refusals import (
+    DRAINING_MESSAGE,
+    DRAINING_RETRY_AFTER,
+    AnswerNotStreaming,
+    ServerDraining,
+    StreamUnavailable,
+    answer_for_follower,
+)
+
+logger = logging.getLogger("answers.streams")
+
+# Generations running in this process, by answer id (a strong reference keeps each task
+# alive after the socket that asked has gone).
+running: dict[int, asyncio.Task[None]] = {}
+
+
+class LocalStream:
+    """An answer being generated in this process: the events published so far and a queue
+    per follower in this process. Followers here get each event from the publisher
+    directly (no layer round trip, no polling); the layer carries only what a follower
+    in another process needs."""
+
+    def __init__(self) -> None:
+        self.events: list[StreamEvent] = []
+        self.queues: set[asyncio.Queue[StreamEvent | None]] = set()
+        self.ended = False
+        # Set by a stop asked in this process (one from elsewhere comes over the layer).
+        self.stop = asyncio.Event()
+        self.stop_reason = ""
+
+    def add(self, event: StreamEvent) -> None:
+        self.events.append(event)
+        for queue in self.queues:
+            queue.put_nowait(event)
+
+    def end(self) -> None:
+        """No more events (normally after the terminal one): wake every follower."""
+        self.ended = True
+        for queue in self.queues:
+            queue.put_nowait(None)
+
+
+# Answers generated here, by stream name, until their generation ends.
+local_streams: dict[str, LocalStream] = {}
+# Set when this process is shutting down (answer_streams_drain): no new questions.
+draining = False
+
+
+def answer_streams_check_accepting() -> None:
+    """Raise ``ServerDraining`` once this process has begun shutting down."""
+    if draining:
+        raise ServerDraining(DRAINING_MESSAGE, retry_after=DRAINING_RETRY_AFTER)
+
+
+class Publisher:
+    def __init__(self, stream: str, local: LocalStream) -> None:
+        self.stream = stream
+        self.local = local
+        self.shared = layer_is_shared()
+        self.seq = 0
+        self.finished = False
+        # Set with the cancel: a cancel that lands in a sync_to_async call is swallowed
+        # (asgiref waits for the thread and returns its result), so the loop checks too.
+        self.stopping = False
+
+    async def publish(self, event: Event) -> None:
+        self.seq += 1
+        numbered = StreamEvent(seq=self.seq, event=event)
+        # Written as a dict where it leaves the process: the log and the layer outlive
+        # this code version (a rolling deploy) and Redis carries msgpack.
+        entry = numbered.to_dict()
+        await log_write(self.stream, entry)
+        self.local.add(numbered)
+        if self.shared:
+            message = {"type": "answer.event", "event": entry}
+            await layer().group_send(answer_group(self.stream), message)
+        self.finished = numbered.terminal
+
+
+async def answer_stream_start(*, run: pipeline.AnswerRun) -> None:
+    """Generate ``run``'s answer in this process, whoever follows it (or nobody)."""
+    answer_id = run.answer.pk
+    stream = stream_name(run.answer)
+    control: str | None = None
+    try:
+        channel_layer = layer()
+        if layer_is_shared():
+            # Listening for a "stop" from another process before returning: a stop sent
+            # right after the ask is not lost.
+            control = await channel_layer.new_channel()
+            await channel_layer.group_add(control_group(stream), control)
+    except Exception:
+        logger.exception("The stream of answer %s could not start", answer_id)
+        await run.fail("the channel layer could not be reached")
+        raise StreamUnavailable(
+            "Answers cannot be streamed right now. Please try again shortly."
+        ) from None
+    local = local_streams[stream] = LocalStream()
+    # A fresh context: the task must not inherit the request's (Django runs each request's
+    # thread-sensitive work on an executor that ends with the request).
+    task = asyncio.create_task(
+        _generate(run, control, local), name=f"answer-{answer_id}", context=contextvars.Context()
+    )
+    running[answer_id] = task
+
+    def _ended(_: asyncio.Task[None]) -> None:
+        running.pop(answer_id, None)
+        local_streams.pop(stream, None)
+        local.end()
+
+    task.add_done_callback(_ended)
+
+
+async def _generate(run: pipeline.AnswerRun, control: str | None, local: LocalStream) -> None:
+    answer_id = run.answer.pk
+    stream = stream_name(run.answer)
+    publisher = Publisher(stream, local)
+    channel_layer = layer()
+    produce = asyncio.create_task(_produce(run, publisher))
+    stop_here = asyncio.ensure_future(local.stop.wait())
+    stop_there = asyncio.ensure_future(channel_layer.receive(control)) if control else None
+    waiting = {produce, stop_here} | ({stop_there} if stop_there else set())
+    try:
+        done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+        lost = stop_there is not None and stop_there in done and not produce.done()
+        if lost and stop_there is not None and stop_there.exception() is not None:
+            # The layer failed under the listener: only a stop from this process works now.
+            logger.warning("Answer %s lost its stop channel: %r", answer_id, stop_there.exception())
+            await asyncio.wait({produce, stop_here}, return_when=asyncio.FIRST_COMPLETED)
+        if not produce.done():
+            # Stopped: the pipeline stores the partial answer as interrupted on the way out.
+            if local.stop_reason:
+                run.stop_reason = local.stop_reason
+            publisher.stopping = True
+            produce.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await produce
+            if not publisher.finished:
+                await publisher.publish(await run.stopped())
+    except Exception:
+        logger.exception("Publishing answer %s failed", answer_id)
+    finally:
+        if not produce.done():  # this task itself was cancelled (shutdown)
+            produce.cancel()
+        stop_here.cancel()
+        if control is not None:
+            await end_receive(channel_layer, control, stop_there)
+            with contextlib.suppress(Exception):
+                await channel_layer.group_discard(control_group(stream), control)
+
+
+async def _produce(run: pipeline.AnswerRun, publisher: Publisher) -> None:
+    window = int(answers_settings.STREAM_COALESCE_MS) / 1000
+    try:
+        # Closed explicitly: a stop that lands while an event is being published must
+        # still run the pipeline's clean-up (store the partial answer) now, not at GC.
+        events = run.events()
+        async with (
+            aclosing(events),
+            aclosing(pipeline.coalesced(events, window=window)) as stream,
+        ):
+            async for event in stream:
+                if publisher.stopping:
+                    break  # closing the pipeline stores the partial answer as interrupted
+                await publisher.publish(event)
+    except asyncio.CancelledError:
+        raise
+    except Exception:
+        # A bug, not a provider failure (the pipeline turns those into an error event):
+        # followers still get a last word.
+        logger.exception("Generating answer %s failed", run.answer.pk)
+        if not publisher.finished:
+            await publisher.publish(
+                ErrorEvent(
+                    pipeline.GENERIC_ERROR, answer_id=run.answer.pk, code="generation_failed"
+                )
+            )
+
+
+async def answer_stream_stop(*, answer_id: int, user: Any) -> None:
+    """Ask whichever process generates the owner's ``answer_id`` to stop; its followers
+    get its ``done``."""
+    answer = await sync_to_async(answer_for_follower)(answer_id, user)
+    if answer.status != Answer.Status.STREAMING:
+        raise AnswerNotStreaming("The answer is not being generated.", answer=answer)
+    local = local_streams.get(stream_name(answer))
+    if local is not None:
+        local.stop.set()  # generated here
+    elif layer_is_shared():
+        await layer().group_send(control_group(stream_name(answer)), {"type": "answer.stop"})
+
+
+async def answer_streams_drain(*, grace: float) -> None:
+    """Shut down this process's streams: take no new questions, let the running answers
+    finish for up to ``grace`` seconds, then stop the rest, which stores each as
+    interrupted with its partial text and finalized citations. Followers here get that
+    last word; followers elsewhere get it from the log or the database."""
+    global draining
+    draining = True
+    loop = asyncio.get_running_loop()
+    tasks = [t for t in running.values() if not t.done() and t.get_loop() is loop]
+    streams = list(local_streams.values())
+    logger.info("Shutting down: %d answer(s) running, %.0f s to finish", len(tasks), grace)
+    _, late = await asyncio.wait(tasks, timeout=grace) if tasks else (set(), set())
+    if late:
+        logger.warning("Shutting down: stopping %d answer(s) still running", len(late))
+        for local in streams:
+            local.stop_reason = "stopped: the server shut down"
+            local.stop.set()  # the same path as a user's stop
+        _, stuck = await asyncio.wait(late, timeout=5.0)
+        for task in stuck:
+            task.cancel()
+    # Followers here were woken with the last word: let them send it before the loop
+    # stops (a follower left waiting would be collected with a dead loop).
+    deadline = loop.time() + 2.0
+    while any(local.queues for local in streams) and loop.time() < deadline:
+        await asyncio.sleep(0.02)
+    # And the server's own cancellations (daphne cancels every connection's consumer as
+    # it stops) a few turns of the loop to finish: a consumer still waiting for its next
+    # message when the loop goes is collected with it, which crashed the interpreter
+    # (SIGSEGV, exit -11) on CPython 3.11.
+    for _ in range(5):
+        await asyncio.sleep(0.01)
+
+
+def answer_streams_drain_on_shutdown() -> bool:
+    """Under daphne, run ``answer_streams_drain`` (``SHUTDOWN_GRACE``) when the server is
+    told to stop (SIGTERM, SIGINT), before it stops: call it from the ASGI module. False
+    (nothing done) under a server that is not Twisted's; there, call the drain from its
+    own shutdown hook (an ASGI lifespan ``shutdown``)."""
+    import sys
+
+    if "twisted.internet.reactor" not in sys.modules:
+        return False
+    from twisted.internet import defer
+    from twisted.internet import reactor as installed
+
+    def drain() -> defer.Deferred[None]:
+        grace = float(answers_settings.SHUTDOWN_GRACE)
+        return defer.Deferred.fromFuture(asyncio.ensure_future(answer_streams_drain(grace=grace)))
+
+    reactor: Any = installed  # an IReactorCore (zope interfaces type badly)
+    reactor.addSystemEventTrigger("before", "shutdown", drain)
+    return True
+
+
+async def answer_streams_wait(timeout: float | None = None) -> None:
+    """Wait for this process's generations to end (shutdown, tests)."""
+    loop = asyncio.get_running_loop()
+    tasks = [t for t in running.values() if not t.done() and t.get_loop() is loop]
+    if tasks:
+        await asyncio.wait(tasks, timeout=timeout)

@@ -1,0 +1,118 @@
+"""An answer's stream outside the process: its names, its log in the cache, and the
+channel layer (ADR 0008). Every event is written to the log before anyone else sees it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from channels.layers import BaseChannelLayer, InMemoryChannelLayer, get_channel_layer
+from django.core.cache import BaseCache, caches
+from django.core.cache.backends.locmem import LocMemCache
+
+from ..conf import answers_settings
+from ..events import StreamEvent
+from ..models import Answer
+
+
+def stream_name(answer: Answer) -> str:
+    """The answer's id and its creation to the microsecond: a database restored or
+    recreated reuses ids, and must not meet the logs and groups of the old answers."""
+    return f"{answer.pk}.{int(answer.created_at.timestamp() * 1_000_000)}"
+
+
+def answer_group(stream: str) -> str:
+    return f"answers.answer.{stream}"
+
+
+def control_group(stream: str) -> str:
+    return f"answers.control.{stream}"
+
+
+def log_key(stream: str, part: int | str) -> str:
+    return f"answers:stream:{stream}:{part}"
+
+
+def layer() -> BaseChannelLayer:
+    layer = get_channel_layer()
+    if layer is None:
+        raise RuntimeError("Resumable answer streams need CHANNEL_LAYERS (docs/deployment.md).")
+    return layer
+
+
+def _cache() -> BaseCache:
+    return caches[str(answers_settings.STREAM_CACHE)]
+
+
+def layer_is_shared() -> bool:
+    """Whether another process can follow or stop an answer through the layer (Redis):
+    with the in-memory layer, none can, and publishing to it would only cost."""
+    return not isinstance(layer(), InMemoryChannelLayer)
+
+
+# The cache's own async methods run on the one thread Django's ORM shares; the log must
+# not queue behind database work, and both the Redis and the local-memory cache are
+# thread-safe.
+def _log_write_sync(stream: str, entry: dict[str, Any]) -> None:
+    _cache().set_many(
+        {log_key(stream, entry["seq"]): entry, log_key(stream, "last"): entry["seq"]},
+        timeout=int(answers_settings.STREAM_LOG_TTL),
+    )
+
+
+def _log_read_sync(stream: str, after: int, upto: int | None) -> list[StreamEvent] | None:
+    """Logged events after ``after`` (up to ``upto``); None when the log is gone."""
+    cache = _cache()
+    last = cache.get(log_key(stream, "last"))
+    if last is None:
+        return None
+    end = int(last) if upto is None else min(int(last), upto)
+    keys = [log_key(stream, seq) for seq in range(after + 1, end + 1)]
+    found = cache.get_many(keys) if keys else {}
+    if len(found) != len(keys):
+        return None  # partly evicted: only the stored result is whole
+    return [StreamEvent.from_dict(found[key]) for key in keys]
+
+
+_log_write_elsewhere = sync_to_async(_log_write_sync, thread_sensitive=False)
+_log_read_elsewhere = sync_to_async(_log_read_sync, thread_sensitive=False)
+
+
+def _log_is_local() -> bool:
+    # A local-memory cache answers in microseconds: a thread hop would cost ten times more.
+    return isinstance(_cache(), LocMemCache)
+
+
+async def log_write(stream: str, entry: dict[str, Any]) -> None:
+    if _log_is_local():
+        _log_write_sync(stream, entry)
+    else:
+        await _log_write_elsewhere(stream, entry)
+
+
+async def log_read(stream: str, after: int, upto: int | None) -> list[StreamEvent] | None:
+    if _log_is_local():
+        return _log_read_sync(stream, after, upto)
+    return await _log_read_elsewhere(stream, after, upto)
+
+
+WAKE = {"type": "answer.wake"}
+
+
+async def end_receive(
+    channel_layer: BaseChannelLayer, channel: str, pending: asyncio.Future[Any] | None
+) -> None:
+    """End a receive still waiting on ``channel`` with a message of its own, not a
+    cancel: channels-redis lets a cancelled receive go only when its blocking pop times
+    out (5 s), which would hold up whoever awaits it."""
+    if pending is None or pending.done():
+        return
+    with contextlib.suppress(Exception):
+        await channel_layer.send(channel, WAKE)
+        await asyncio.wait({pending}, timeout=1.0)
+    if not pending.done():
+        pending.cancel()
+    # Retrieved, so that an error of the last read is not logged as never retrieved.
+    pending.add_done_callback(lambda f: f.cancelled() or f.exception())

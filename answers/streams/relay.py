@@ -1,0 +1,195 @@
+"""Following: the events of an answer after a sequence number, from the generation itself
+when it runs in this process, else from the log and the channel layer, else from the
+store (ADR 0008)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncGenerator
+from contextlib import aclosing
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from channels.layers import BaseChannelLayer
+from django.utils import timezone
+
+from .. import presenters, selectors, services
+from ..conf import answers_settings
+from ..events import DoneEvent, ErrorEvent, Event, StreamEvent
+from ..models import Answer
+from .generation import LocalStream, local_streams
+from .log import answer_group, end_receive, layer, log_read, stream_name
+from .refusals import ABANDONED_MESSAGE, answer_for_follower
+
+
+def _settled_sync(answer_id: int, user: Any) -> Event | None:
+    answer = answer_for_follower(answer_id, user)
+    if answer.status == Answer.Status.STREAMING:
+        if not services.answer_is_abandoned(answer=answer, now=timezone.now()):
+            return None
+        return ErrorEvent(ABANDONED_MESSAGE, answer_id=answer_id, code="interrupted")
+    # The answer just loaded, not a second lookup.
+    return DoneEvent(answer=presenters.answer_payload(answer=answer, user=user))
+
+
+def _withheld_sync(answer: Answer, user: Any) -> StreamEvent | None:
+    """The stored result of an answer withheld from ``user`` (presenters.answer_payload),
+    whatever its status; None when they may read it."""
+    if not selectors.answer_is_withheld(answer=answer, user=user):
+        return None
+    return StreamEvent(
+        seq=None, event=DoneEvent(answer=presenters.answer_payload(answer=answer, user=user))
+    )
+
+
+async def _settled(answer_id: int, user: Any) -> StreamEvent | None:
+    """The stored outcome, when the database says the answer is over (None: still going)."""
+    event = await sync_to_async(_settled_sync)(answer_id, user)
+    if event is None:
+        return None
+    return StreamEvent(seq=None, event=event)
+
+
+async def stored(*, answer_id: int, user: Any) -> AsyncGenerator[StreamEvent, None]:
+    settled = await _settled(answer_id, user)
+    yield settled or StreamEvent(
+        seq=None, event=ErrorEvent(ABANDONED_MESSAGE, answer_id=answer_id, code="interrupted")
+    )
+
+
+async def follow_here(
+    local: LocalStream, *, answer_id: int, user: Any, after: int
+) -> AsyncGenerator[StreamEvent, None]:
+    """The events after ``after`` of an answer generated in this process: those published
+    so far, then each one as it is published."""
+    queue: asyncio.Queue[StreamEvent | None] = asyncio.Queue()
+    local.queues.add(queue)  # before reading what is there: nothing falls in between
+    last = after
+    try:
+        for event in list(local.events):
+            if event.seq is not None and event.seq > last:
+                yield event
+                last = event.seq
+                if event.terminal:
+                    return
+        while not (local.ended and queue.empty()):
+            item = await queue.get()
+            if item is None:
+                break
+            if item.seq is None or item.seq <= last:
+                continue
+            yield item
+            last = item.seq
+            if item.terminal:
+                return
+        # The generation ended without a last word (this process is shutting down):
+        # whatever the database says now.
+        async with aclosing(stored(answer_id=answer_id, user=user)) as last_word:
+            async for event in last_word:
+                yield event
+    finally:
+        local.queues.discard(queue)
+
+
+async def answer_stream_follow(
+    *, answer_id: int, user: Any, after: int = 0
+) -> AsyncGenerator[StreamEvent, None]:
+    """Every event of ``answer_id``'s stream after sequence number ``after``, live, ending
+    with its ``done`` or ``error``. Only the answer's owner may follow it."""
+    # Refused before subscribing.
+    answer = await sync_to_async(answer_for_follower)(answer_id, user)
+    withheld = await sync_to_async(_withheld_sync)(answer, user)
+    if withheld is not None:
+        # The log holds the text as it was streamed: the follower gets only the notice.
+        yield withheld
+        return
+    stream = stream_name(answer)
+    local = local_streams.get(stream)
+    if local is not None:
+        events = follow_here(local, answer_id=answer_id, user=user, after=after)
+    else:
+        channel_layer = layer()
+        channel = await channel_layer.new_channel()
+        await channel_layer.group_add(answer_group(stream), channel)
+        events = _relay(channel_layer, channel, stream, answer_id=answer_id, user=user, after=after)
+    async with aclosing(events):
+        async for event in events:
+            yield event
+
+
+async def _relay(
+    channel_layer: BaseChannelLayer,
+    channel: str,
+    stream: str,
+    *,
+    answer_id: int,
+    user: Any,
+    after: int,
+    replay: bool = True,
+) -> AsyncGenerator[StreamEvent, None]:
+    """The events of ``stream`` after ``after`` for a follower subscribed on ``channel``:
+    the log first (``replay``), then live ones; leaves the group at the end."""
+    last = after
+    poll = float(answers_settings.STREAM_POLL_INTERVAL)
+    pending: asyncio.Future[Any] | None = None
+    try:
+        if replay:
+            replayed = await log_read(stream, last, None)
+            if replayed is None:
+                # No log: finished long ago (expired), or generated without one (JSON API).
+                settled = await _settled(answer_id, user)
+                if settled is not None:
+                    yield settled
+                    return
+            for event in replayed or []:
+                yield event
+                last = event.seq or last
+                if event.terminal:
+                    return
+        while True:
+            # One receive kept across quiet spells (never cancelled per poll, see
+            # _end_receive).
+            if pending is None:
+                pending = asyncio.ensure_future(channel_layer.receive(channel))
+            done, _ = await asyncio.wait({pending}, timeout=poll)
+            if not done:
+                fresh = await log_read(stream, last, None)
+                if fresh:
+                    for event in fresh:
+                        yield event
+                        last = event.seq or last
+                        if event.terminal:
+                            return
+                    continue
+                settled = await _settled(answer_id, user)
+                if settled is not None:
+                    yield settled
+                    return
+                continue
+            message, pending = pending.result(), None
+            if message.get("type") != "answer.event":
+                continue
+            event = StreamEvent.from_dict(message["event"])
+            assert event.seq is not None
+            if event.seq <= last:
+                continue
+            if event.seq > last + 1:
+                # The layer dropped something (over capacity): the log has it.
+                missed = await log_read(stream, last, event.seq - 1) or []
+                if len(missed) != event.seq - 1 - last:
+                    settled = await _settled(answer_id, user)
+                    if settled is not None:
+                        yield settled
+                        return
+                for earlier in missed:
+                    yield earlier
+                    last = earlier.seq or last
+            yield event
+            last = event.seq
+            if event.terminal:
+                return
+    finally:
+        await end_receive(channel_layer, channel, pending)
+        with contextlib.suppress(Exception):
+            await channel_layer.group_discard(answer_group(stream), channel)
