@@ -226,6 +226,16 @@ SETTINGS: tuple[Setting, ...] = (
         7 * 86400,
     ),
     Setting(
+        "RETRIEVAL_THREADS",
+        4,
+        "Threads of their own (each with a database connection) that run retrieval on "
+        "PostgreSQL, so concurrent questions search at once; 0: on the one thread that "
+        "database work shares. SQLite always uses that thread.",
+        0,
+        64,
+        env="ANSWERS_RETRIEVAL_THREADS",
+    ),
+    Setting(
         "SHUTDOWN_GRACE",
         20.0,
         "Seconds a process told to stop (SIGTERM) lets its running answers finish; it takes "

@@ -12,14 +12,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 import time
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import aclosing
 from dataclasses import dataclass, field
+from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.contrib.auth.models import User
+from django.db import close_old_connections, connection
 
 from . import presenters, selectors, services
 from .citations import MarkerStreamFilter
@@ -391,16 +395,16 @@ async def _standalone(*, question: str, history: list[PriorTurn]) -> _Rewrite:
 
 
 def _prepare(
-    *, user: User, question: str, context: _Context, rewrite: _Rewrite, started: float
+    *,
+    user: User,
+    question: str,
+    context: _Context,
+    rewrite: _Rewrite,
+    retrieval: Retrieval,
+    retrieval_ms: int,
+    started: float,
 ) -> AnswerRun:
     history = context.history
-    retrieval = retrieve_sources(
-        user=user,
-        question=question,
-        previous_question=history[-1].question if history else None,
-        standalone=rewrite.text,
-    )
-    retrieval_ms = _ms_since(started)
     provider = get_provider()
     try:
         created = services.question_create(
@@ -434,6 +438,40 @@ def _prepare(
     )
 
 
+# Retrieval only reads (and may wait on a reranker). On PostgreSQL it runs on threads of
+# its own, one connection each, so concurrent questions search at once instead of queuing
+# on the one thread all other database work shares (ADR 0029).
+_retrieval_pools: dict[int, ThreadPoolExecutor] = {}  # by size (settings may change)
+_retrieval_pools_lock = threading.Lock()
+
+
+def _retrieval_executor() -> ThreadPoolExecutor | None:
+    threads = int(answers_settings.RETRIEVAL_THREADS)
+    if threads == 0 or connection.vendor != "postgresql":
+        return None
+    with _retrieval_pools_lock:
+        if threads not in _retrieval_pools:
+            _retrieval_pools[threads] = ThreadPoolExecutor(
+                threads, thread_name_prefix="answers-retrieval"
+            )
+        return _retrieval_pools[threads]
+
+
+def _retrieve_apart(**kwargs: Any) -> Retrieval:
+    try:
+        return retrieve_sources(**kwargs)
+    finally:
+        # As a request's end would: the connection stays open only for CONN_MAX_AGE.
+        close_old_connections()
+
+
+async def _retrieve(**kwargs: Any) -> Retrieval:
+    executor = _retrieval_executor()
+    if executor is None:
+        return await sync_to_async(retrieve_sources)(**kwargs)
+    return await sync_to_async(_retrieve_apart, thread_sensitive=False, executor=executor)(**kwargs)
+
+
 async def start_answer(
     *, user: User, question: object, conversation_id: uuid.UUID | None = None
 ) -> AnswerRun:
@@ -444,8 +482,21 @@ async def start_answer(
     # Between the two database steps, on the event loop: a rewrite waits on the network,
     # never on the one thread database work shares.
     rewrite = await _standalone(question=cleaned, history=context.history)
+    history = context.history
+    retrieval = await _retrieve(
+        user=user,
+        question=cleaned,
+        previous_question=history[-1].question if history else None,
+        standalone=rewrite.text,
+    )
     return await sync_to_async(_prepare)(
-        user=user, question=cleaned, context=context, rewrite=rewrite, started=started
+        user=user,
+        question=cleaned,
+        context=context,
+        rewrite=rewrite,
+        retrieval=retrieval,
+        retrieval_ms=_ms_since(started),
+        started=started,
     )
 
 

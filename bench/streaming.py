@@ -47,7 +47,12 @@ def _free_port() -> int:
 
 @contextlib.contextmanager
 def daphne(
-    app: str, database: Path, log: Path, provider: str = "", coalesce_ms: int = 0
+    app: str,
+    database: Path,
+    log: Path,
+    provider: str = "",
+    coalesce_ms: int = 0,
+    env_extra: dict[str, str] | None = None,
 ) -> Iterator[int]:
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if k not in ("ANSWERS_PROVIDER", "ANSWERS_MODEL")}
@@ -62,6 +67,7 @@ def daphne(
     if provider:
         env["ANSWERS_PROVIDER"] = provider
     env["ANSWERS_STREAM_COALESCE_MS"] = str(coalesce_ms)
+    env.update(env_extra or {})  # another database, Redis, limits (bench.scale_out)
     command = [str(Path(sys.executable).with_name("daphne")), "-v", "0"]
     command += ["-b", "127.0.0.1", "-p", str(port), app]
     with log.open("ab") as output:

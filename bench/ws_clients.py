@@ -7,7 +7,9 @@ and the clock runs from that moment to the last close, so handshakes and daphne'
 backlog do not blur the streaming figure.
 
 The spec is ``{"url", "origin", "cookies": [...], "messages": [...], "timeout"}``; the
-answer, on stdout, is ``{"seconds", "streams": [{"tokens", "chars", "outcome", "gaps"}, ...]}``.
+answer, on stdout, is ``{"seconds", "streams": [{"tokens", "chars", "outcome", "first_ms",
+"gaps"}, ...]}`` (``outcome``: the ``done``'s status or ``error``, with ``error`` its code and message;
+"" if the socket closed first).
 ``gaps`` lists, for each ``t<time.time()>`` stamp in the token text (``bench.providers``),
 arrival minus emission in ms, the arrival being that of the message completing the stamp.
 """
@@ -26,6 +28,8 @@ from urllib.parse import urlparse
 from autobahn.asyncio.websocket import WebSocketClientFactory, WebSocketClientProtocol
 
 HANDSHAKES_AT_ONCE = 32
+# The moment every client was let go (perf_counter), for first-token times.
+_started = [0.0]
 # Emitted with 6 decimals, so a stamp is complete once it has all six.
 _STAMP = re.compile(r"t(\d+\.\d{6})")
 
@@ -35,6 +39,10 @@ class Stream:
     tokens: int = 0
     chars: int = 0
     outcome: str = ""
+    # From the common start to this socket's first token (ms); None: no token came.
+    first_ms: float | None = None
+    # An error event's code and message.
+    error: str = ""
     gaps: list[float] = field(default_factory=list)
     pending: str = field(default="", repr=False)
 
@@ -68,6 +76,8 @@ class _Protocol(WebSocketClientProtocol):
         stream = self.factory.client.stream
         if message.get("type") == "token":
             arrival = time.time()
+            if stream.first_ms is None:
+                stream.first_ms = round((time.perf_counter() - _started[0]) * 1000, 3)
             text = message.get("text", "")
             stream.tokens += 1
             stream.chars += len(text)
@@ -83,6 +93,8 @@ class _Protocol(WebSocketClientProtocol):
                 stream.pending = rest[start:] if start >= 0 else ""
         elif message.get("type") in ("done", "error"):
             stream.outcome = message.get("status") or message["type"]
+            if message["type"] == "error":
+                stream.error = f"{message.get('code')}: {message.get('message')}"
             self.sendClose()
 
     def onClose(self, wasClean: bool, code: int | None, reason: str | None) -> None:
@@ -112,7 +124,7 @@ async def run(spec: dict[str, Any]) -> dict[str, Any]:
 
     pairs = zip(spec["cookies"], spec["messages"], strict=True)
     await asyncio.gather(*(connect(cookie, message) for cookie, message in pairs))
-    start = time.perf_counter()
+    start = _started[0] = time.perf_counter()
     go.set()
     await asyncio.gather(*(client.closed for client in clients))
     return {

@@ -112,6 +112,8 @@ def _server_env(database: dict[str, Any]) -> dict[str, str]:
             "ANSWERS_EXTRACTIVE_DELAY": EXTRACTIVE_DELAY,
             # Stopping a server at the end of a test need not wait for its answers long.
             "ANSWERS_SHUTDOWN_GRACE": "1",
+            # As deployed: on PostgreSQL, retrieval on threads of its own.
+            "ANSWERS_RETRIEVAL_THREADS": "4",
             # DEBUG is off in tests.settings, which would make cookies Secure (no login
             # over plain http).
             "DJANGO_SECURE_COOKIES": "0",

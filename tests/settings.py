@@ -11,6 +11,10 @@ os.environ["DJANGO_ENV_FILE"] = ""
 from config.settings import *  # noqa: F403
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+# Most tests keep their data in a transaction only their own connection sees: retrieval
+# must run on that connection's thread. Live servers (tests/live.py) set the variable and
+# use retrieval threads of their own; tests/test_pipeline_threads.py turns them on.
+ANSWERS.setdefault("RETRIEVAL_THREADS", 0)  # noqa: F405
 ALLOWED_HOSTS = ["testserver", "localhost", "127.0.0.1"]
 # Tests render templates without running collectstatic first.
 STORAGES = {

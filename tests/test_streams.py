@@ -9,6 +9,7 @@ import pytest
 from asgiref.sync import sync_to_async
 from bs4 import BeautifulSoup
 from channels.layers import get_channel_layer
+from django.conf import settings
 from django.core.cache import cache
 from django.utils import timezone
 
@@ -280,3 +281,40 @@ async def test_many_answers_streaming_at_once_each_reach_their_follower_whole(
         stored = await Answer.objects.aget(pk=answer_id)
         streamed = "".join(e.event.text for e in events if isinstance(e.event, TokenEvent))
         assert stored.status == "complete" and streamed == stored.raw_text
+
+
+@pytest.fixture
+def answer_group_sends(monkeypatch):  # type: ignore[no-untyped-def]
+    """The events the generating process sends to answers' groups on the channel layer."""
+    layer = get_channel_layer()
+    sent: list[dict] = []
+    group_send = layer.group_send
+
+    async def recording(group, message):  # type: ignore[no-untyped-def]
+        if group.startswith("answers.answer."):
+            sent.append(message["event"])
+        await group_send(group, message)
+
+    monkeypatch.setattr(layer, "group_send", recording)
+    return sent
+
+
+async def test_an_answer_followed_only_where_it_is_generated_sends_nothing_to_the_layer(
+    corpus, asker, answer_group_sends
+):
+    run = await pipeline.start_answer(user=asker, question=QUESTION)
+    events = [e async for e in await streams.answer_stream_ask(run=run)]
+    assert events[-1].event.type == "done"
+    assert answer_group_sends == []
+
+
+@pytest.mark.skipif(not settings.REDIS_URL, reason="another process can follow only on Redis")
+async def test_once_a_follower_elsewhere_says_so_the_events_go_to_the_layer(
+    corpus, asker, answer_group_sends, scripted
+):
+    scripted.script = ["One [1]. ", "Two [1]. ", "Three [1]."]
+    run = await pipeline.start_answer(user=asker, question=QUESTION)
+    # What a follower in another process does before reading the log.
+    await stream_log.stream_mark_followed(stream_log.stream_name(run.answer))
+    events = [e async for e in await streams.answer_stream_ask(run=run)]
+    assert [e["seq"] for e in answer_group_sends] == [e.seq for e in events]

@@ -8,6 +8,8 @@ import asyncio
 import contextlib
 import contextvars
 import logging
+import math
+import time
 from contextlib import aclosing
 from typing import Any
 
@@ -24,6 +26,7 @@ from .log import (
     layer,
     layer_is_shared,
     log_write,
+    stream_is_followed,
     stream_name,
 )
 from .refusals import (
@@ -36,6 +39,10 @@ from .refusals import (
 )
 
 logger = logging.getLogger("answers.streams")
+
+# How often a generation with no follower elsewhere asks whether one has come (a
+# follower that comes in between reads those events from the log).
+FOLLOWED_CHECK_SECONDS = 0.5
 
 # Generations running in this process, by answer id (a strong reference keeps each task
 # alive after the socket that asked has gone).
@@ -90,6 +97,23 @@ class Publisher:
         # Set with the cancel: a cancel that lands in a sync_to_async call is swallowed
         # (asgiref waits for the thread and returns its result), so the loop checks too.
         self.stopping = False
+        # Whether a follower in another process has said it listens (then every event goes
+        # to the layer), and when that was last asked.
+        self.followed_elsewhere = False
+        self.asked_at = -math.inf
+
+    async def _publish_to_layer(self, numbered: StreamEvent) -> bool:
+        """Whether this event goes to the layer: once a follower elsewhere has said so
+        (asked at most every FOLLOWED_CHECK_SECONDS, and always for the last event)."""
+        if not self.shared:
+            return False
+        now = time.monotonic()
+        if not self.followed_elsewhere and (
+            numbered.terminal or now - self.asked_at >= FOLLOWED_CHECK_SECONDS
+        ):
+            self.asked_at = now
+            self.followed_elsewhere = await stream_is_followed(self.stream)
+        return self.followed_elsewhere
 
     async def publish(self, event: Event) -> None:
         self.seq += 1
@@ -99,7 +123,7 @@ class Publisher:
         entry = numbered.to_dict()
         await log_write(self.stream, entry)
         self.local.add(numbered)
-        if self.shared:
+        if await self._publish_to_layer(numbered):
             message = {"type": "answer.event", "event": entry}
             await layer().group_send(answer_group(self.stream), message)
         self.finished = numbered.terminal

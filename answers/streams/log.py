@@ -98,6 +98,39 @@ async def log_read(stream: str, after: int, upto: int | None) -> list[StreamEven
     return await _log_read_elsewhere(stream, after, upto)
 
 
+# A follower in another process says so in the cache before it reads the log; until one
+# has, the generating process publishes nothing to the layer (its own followers have the
+# events already, and a late one finds them in the log it replays).
+def _followed_key(stream: str) -> str:
+    return log_key(stream, "followed")
+
+
+def _mark_followed_sync(stream: str) -> None:
+    _cache().set(_followed_key(stream), 1, timeout=int(answers_settings.STREAM_LOG_TTL))
+
+
+def _is_followed_sync(stream: str) -> bool:
+    return _cache().get(_followed_key(stream)) is not None
+
+
+_mark_followed_elsewhere = sync_to_async(_mark_followed_sync, thread_sensitive=False)
+_is_followed_elsewhere = sync_to_async(_is_followed_sync, thread_sensitive=False)
+
+
+async def stream_mark_followed(stream: str) -> None:
+    """Say that a process other than the generating one follows ``stream``."""
+    if _log_is_local():
+        _mark_followed_sync(stream)
+    else:
+        await _mark_followed_elsewhere(stream)
+
+
+async def stream_is_followed(stream: str) -> bool:
+    if _log_is_local():
+        return _is_followed_sync(stream)
+    return await _is_followed_elsewhere(stream)
+
+
 WAKE = {"type": "answer.wake"}
 
 

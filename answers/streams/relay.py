@@ -19,7 +19,7 @@ from ..conf import answers_settings
 from ..events import DoneEvent, ErrorEvent, Event, StreamEvent
 from ..models import Answer
 from .generation import LocalStream, local_streams
-from .log import answer_group, end_receive, layer, log_read, stream_name
+from .log import answer_group, end_receive, layer, log_read, stream_mark_followed, stream_name
 from .refusals import ABANDONED_MESSAGE, answer_for_follower
 
 
@@ -112,6 +112,9 @@ async def answer_stream_follow(
         channel_layer = layer()
         channel = await channel_layer.new_channel()
         await channel_layer.group_add(answer_group(stream), channel)
+        # Subscribed, then said so, then the log is read: whatever the generating process
+        # publishes before it hears of this follower is in the log.
+        await stream_mark_followed(stream)
         events = _relay(channel_layer, channel, stream, answer_id=answer_id, user=user, after=after)
     async with aclosing(events):
         async for event in events:

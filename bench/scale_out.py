@@ -1,0 +1,163 @@
+"""11. The scale-out stack under load: one daphne on PostgreSQL + Redis against the
+in-memory stack (SQLite, the in-memory layer and cache), in the same run.
+
+N WebSocket clients (``bench.ws_clients``), each a different logged-in user, all ask at
+the same moment; the offline provider answers. Per N: tokens/s over all sockets, the time
+from that moment to each socket's first token (p50, p99), and failures (a socket whose
+stream did not end with a stored answer: an ``error``, a closed socket, a refusal).
+
+The PostgreSQL database is created for the run and dropped after it (``bench.postgres``);
+``python -m bench.scale_out COUNT`` (a child with ``DATABASE_URL`` set) migrates it, ingests
+the demo corpus and prints the users' session cookies. Redis keys go under a prefix of the
+run's own, deleted afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from . import services
+from .report import Row
+
+if TYPE_CHECKING:
+    from .db import Databases
+
+SECTION = "11. scale-out stack under load (one daphne)"
+REPO = Path(__file__).resolve().parent.parent
+# Every socket is its own user, and the per-minute limit must not be what is measured.
+LIMITS = {"ANSWERS_QUESTIONS_PER_MINUTE": "1000", "ANSWERS_MAX_CONCURRENT_STREAMS": "2"}
+ENDED = ("complete", "no_answer")
+
+
+def _setup_child(database_url: str, count: int) -> list[str]:
+    env = {**os.environ, "DATABASE_URL": database_url}
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.scale_out", str(count)],
+        cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True,
+        timeout=600, check=False,
+    )  # fmt: skip
+    if done.returncode:
+        raise RuntimeError(f"python -m bench.scale_out failed ({done.returncode}), see above")
+    cookies: list[str] = json.loads(done.stdout.strip().splitlines()[-1])
+    return cookies
+
+
+def _why(result: dict[str, Any]) -> str:
+    """The commonest reason a socket failed, and how many it was."""
+    from collections import Counter
+
+    reasons = Counter(
+        s["error"] or s["outcome"] or "closed early"
+        for s in result["streams"]
+        if s["outcome"] not in ENDED
+    )
+    return ", ".join(f"{n}× {reason}" for reason, n in reasons.most_common(2))
+
+
+def _figures(result: dict[str, Any]) -> tuple[float, float, float, int]:
+    from .streaming import _percentile
+
+    streams = result["streams"]
+    tokens = sum(s["tokens"] for s in streams)
+    firsts = [s["first_ms"] for s in streams if s.get("first_ms") is not None]
+    failed = sum(s["outcome"] not in ENDED for s in streams)
+    return (
+        tokens / result["seconds"],
+        _percentile(firsts, 0.5),
+        _percentile(firsts, 0.99),
+        failed,
+    )
+
+
+def _stack(port: int, cookies: list[str], counts: tuple[int, ...]) -> dict[int, Any]:
+    from .streaming import _ask, _measure
+
+    url = f"ws://127.0.0.1:{port}/ws/answers/"
+    out = {}
+    for count in counts:
+        print(f"[bench]   {count} clients", file=sys.stderr, flush=True)
+        out[count] = _measure(url, port, cookies[:count], [_ask(i) for i in range(count)])
+    return out
+
+
+def run(dbs: Databases, log: Path, *, full: bool) -> list[Row]:
+    # Imported here: the child (``_setup``) loads Django before anything that needs it.
+    from .postgres import _database
+    from .streaming import _session_cookies, daphne
+
+    services.require_redis()
+    counts = (50, 200, 500)
+    cookies = _session_cookies(max(counts))
+    dbs.release()
+    memory = {"REDIS_URL": "", **LIMITS}
+    with daphne("config.asgi:application", dbs.main, log, env_extra=memory) as port:
+        print("[bench]   in-memory stack", file=sys.stderr, flush=True)
+        alone = _stack(port, cookies, counts)
+    prefix = services.unique_prefix()
+    rows = []
+    try:
+        with _database() as database_url:
+            pg_cookies = _setup_child(database_url, max(counts))
+            scaled = {
+                "DATABASE_URL": database_url,
+                "REDIS_URL": services.REDIS_URL,
+                "CHANNEL_PREFIX": prefix,
+                "CACHE_PREFIX": prefix,
+                **LIMITS,
+                **({"DATABASE_CONN_MAX_AGE": os.environ["SCALE_CONN_MAX_AGE"]} if os.environ.get("SCALE_CONN_MAX_AGE") else {}),
+            }
+            with daphne("config.asgi:application", dbs.main, log, env_extra=scaled) as port:
+                print("[bench]   PostgreSQL + Redis", file=sys.stderr, flush=True)
+                stacked = _stack(port, pg_cookies, counts)
+    finally:
+        services.delete_redis_keys(prefix)
+    base_rate = _figures(stacked[counts[0]])[0]
+    for count in counts:
+        rate, p50, p99, failed = _figures(stacked[count])
+        m_rate, m_p50, m_p99, m_failed = _figures(alone[count])
+        note = (
+            f"{failed}/{count} failed on PostgreSQL + Redis, {m_failed}/{count} in memory; "
+            f"first token p99 {p99:,.0f} ms vs {m_p99:,.0f} ms"
+        )
+        if failed:
+            note += f"; failures: {_why(stacked[count])}"
+        rows += [
+            Row(SECTION, f"{count} answers, tokens/s, PostgreSQL + Redis", rate, m_rate,
+                "tokens/s", "in-memory stack", None, note=note),
+            Row(SECTION, f"{count} answers, first token p50, PostgreSQL + Redis", p50, m_p50,
+                "ms", "in-memory stack", ("<=", 1.5) if count == counts[0] else None),
+            Row(SECTION, f"{count} answers, failures, PostgreSQL + Redis", failed, 0, "",
+                "none", None),
+        ]  # fmt: skip
+        if count != counts[0]:
+            rows.append(
+                Row(SECTION, f"{count} answers, tokens/s against 50", rate, base_rate,
+                    "tokens/s", f"{counts[0]} answers, same stack", (">=", 0.9))
+            )  # fmt: skip
+    return rows
+
+
+def _setup(count: int) -> None:
+    """In the child: migrate, ingest the demo corpus, print ``count`` session cookies."""
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.settings")
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    import io
+
+    call_command("migrate", verbosity=0)
+    call_command("ingest", python_docs=True, no_progress=True, stdout=io.StringIO())
+    from .streaming import _session_cookies
+
+    print(json.dumps(_session_cookies(count)))
+
+
+if __name__ == "__main__":
+    _setup(int(sys.argv[1]))

@@ -1,0 +1,56 @@
+"""Retrieval on threads of its own (``RETRIEVAL_THREADS``) where the database serves
+concurrent readers: PostgreSQL. Transactional: those threads have their own connections."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+from django.db import connection
+
+from answers import pipeline
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+QUESTIONS = [
+    "What is a lambda expression?",
+    "What does the global statement do?",
+    "How do generators work?",
+    "What does pass do?",
+]
+
+
+@pytest.fixture
+def recorded_threads(monkeypatch):  # type: ignore[no-untyped-def]
+    names: list[str] = []
+    search = pipeline.retrieve_sources
+
+    def recording(**kwargs):  # type: ignore[no-untyped-def]
+        names.append(threading.current_thread().name)
+        return search(**kwargs)
+
+    monkeypatch.setattr(pipeline, "retrieve_sources", recording)
+    return names
+
+
+async def test_concurrent_questions_search_at_once_on_their_own_threads(
+    corpus, asker, settings, recorded_threads
+):
+    settings.ANSWERS = {**settings.ANSWERS, "RETRIEVAL_THREADS": 2, "MAX_CONCURRENT_STREAMS": 10}
+    answers = await asyncio.gather(
+        *(pipeline.answer_question(user=asker, question=q) for q in QUESTIONS)
+    )
+    # The same answers as on the shared thread, whatever thread searched.
+    settings.ANSWERS = {**settings.ANSWERS, "RETRIEVAL_THREADS": 0}
+    again = [await pipeline.answer_question(user=asker, question=q) for q in QUESTIONS]
+    for threaded, shared in zip(answers, again, strict=True):
+        assert isinstance(threaded, pipeline.DoneEvent) and isinstance(shared, pipeline.DoneEvent)
+        assert threaded.answer.status == "complete"
+        titles = [r.title for r in threaded.answer.references]
+        assert titles == [r.title for r in shared.answer.references]
+    searched_on = set(recorded_threads[: len(QUESTIONS)])
+    if connection.vendor == "postgresql":
+        assert all(name.startswith("answers-retrieval") for name in searched_on), searched_on
+    else:  # SQLite: always the one database thread
+        assert not any(name.startswith("answers-retrieval") for name in recorded_threads)
