@@ -122,8 +122,8 @@ _RUBRIC = re.compile(r"^-\[ (.+) \]-$")
 _TABLE_LINE = re.compile(r"^\s*(?:\+[-=+]{3,}|\|.*\||={3,}(?:\s+={3,})+\s*$)")
 _TRANSITION = re.compile(r"^\s*([=\-*_~])\1{3,}\s*$")
 _PROMPT = re.compile(r"^\s*(?:>>>|\.\.\.)(?:\s|$)")
-_PROSE_WORD = re.compile(r"^[A-Za-z][a-z’'\-]*$|^\d+$")
-_PUNCTUATION = "\"'()*,.;:!?“”‘’[]"
+_PROSE_WORD = re.compile(r"^[A-Za-z][a-z\u2019'\-]*$|^\d+$")
+_PUNCTUATION = "\"'()*,.;:!?[]\u201c\u201d\u2018\u2019"
 
 
 def _indent(line: str) -> int:
@@ -181,9 +181,7 @@ def _pydoc_inline(text: str) -> str:
     return spans.fill(_escape_text(text))
 
 
-def _heading(
-    lines: list[str], levels: dict[str, int], inline: Callable[[str], str]
-) -> str | None:
+def _heading(lines: list[str], levels: dict[str, int], inline: Callable[[str], str]) -> str | None:
     if len(lines) != 2 or _indent(lines[0]) or _indent(lines[1]):
         return None
     title, under = lines[0].strip(), lines[1].strip()
@@ -387,8 +385,10 @@ def _rst_blocks(text: str) -> str:
         if _RST_TARGET.match(line) or _RST_COMMENT.match(line):
             index += 1
             while index < len(lines) and (not lines[index].strip() or _indent(lines[index]) > 0):
-                if not lines[index].strip() and index + 1 < len(lines) and not _indent(
-                    lines[index + 1]
+                if (
+                    not lines[index].strip()
+                    and index + 1 < len(lines)
+                    and not _indent(lines[index + 1])
                 ):
                     break
                 index += 1
@@ -464,8 +464,10 @@ def _rst_paragraph(lines: list[str]) -> str:
 
 def _is_adornment(line: str) -> bool:
     stripped = line.rstrip()
-    return len(stripped) >= 2 and stripped[0] in _RST_LEVEL_CHARS and stripped == stripped[0] * len(
-        stripped
+    return (
+        len(stripped) >= 2
+        and stripped[0] in _RST_LEVEL_CHARS
+        and stripped == stripped[0] * len(stripped)
     )
 
 
