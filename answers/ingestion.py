@@ -34,6 +34,8 @@ import lxml.html
 import pypdfium2 as pdfium
 import pypdfium2.raw as pdfium_c
 
+from .markup import rst_to_markdown
+
 __all__ = [
     "MAX_FILE_BYTES",
     "MAX_TITLE_LENGTH",
@@ -266,7 +268,8 @@ def _extract_plain(data: bytes, suffix: str) -> tuple[str | None, str]:
     if suffix in _MARKDOWN_SUFFIXES:
         return _markdown_title(body), body
     if suffix == ".rst":
-        return _rst_title(body), body
+        # Stored as Markdown like every body (ADR 0026); the title is read from the reST.
+        return _rst_title(body), _normalize_body(rst_to_markdown(body))
     return None, body
 
 

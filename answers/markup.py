@@ -61,7 +61,7 @@ class _Spans:
         return f"{_HOLE}{len(self.spans) - 1}{_HOLE}"
 
     def fill(self, text: str) -> str:
-        while _HOLE in text:
+        while _HOLE_RE.search(text):
             text = _HOLE_RE.sub(lambda m: self.spans[int(m[1])], text)
         return text
 
@@ -319,13 +319,7 @@ def _rst_inline(text: str) -> str:
     spans = _Spans()
     text = _RST_LITERAL.sub(lambda m: spans.hole(m[1]), text)
     text = _RST_ROLE.sub(lambda m: _role(m, spans), text)
-    links: list[str] = []
-
-    def link(match: re.Match[str]) -> str:
-        links.append(f"[{match[1]}]({match[2]})")
-        return f"{_HOLE}L{len(links) - 1}{_HOLE}"
-
-    text = _RST_LINK.sub(link, text)
+    text = _RST_LINK.sub(lambda m: spans.raw(f"[{_escape_text(m[1])}]({m[2]})"), text)
     text = _RST_INTERPRETED.sub(lambda m: spans.hole(m[1]), text)
     text = _RST_FOOTNOTE_REF.sub("", text)
     text = _RST_SUBSTITUTION.sub(lambda m: m[1], text)
@@ -336,8 +330,7 @@ def _rst_inline(text: str) -> str:
 
     text = _PYDOC_EMPHASIS.sub(emphasis, text)
     text = _identifiers_to_code(text, spans)
-    text = spans.fill(_escape_text(text))
-    return re.sub(r"\x00L(\d+)\x00", lambda m: links[int(m[1])], text)
+    return spans.fill(_escape_text(text))
 
 
 def _rst_announces_code(previous: list[str]) -> bool:
@@ -367,7 +360,7 @@ def _rst_blocks(text: str) -> str:
             body = lines[body_start:end]
             if name in _RST_CODE_DIRECTIVES:
                 info = directive[2].strip() if name != "productionlist" else ""
-                out.append(f"{' ' * indent}{_HOLE}CODE {info}{_HOLE}")
+                out.extend(["", f"{' ' * indent}{_HOLE}CODE {info}{_HOLE}"])
                 out.extend(body)
             elif name in _RST_ADMONITIONS:
                 label = name.replace("seealso", "See also").capitalize()
@@ -396,8 +389,7 @@ def _rst_blocks(text: str) -> str:
         if line.rstrip().endswith("::"):
             # "Example::" reads "Example:"; a lone "::" goes.
             stripped = line.rstrip()[:-2].rstrip()
-            out.append((stripped + ":") if stripped.strip() else "")
-            out.append(f"{_HOLE}LITERAL{_HOLE}")
+            out.extend([(stripped + ":") if stripped.strip() else "", "", f"{_HOLE}LITERAL{_HOLE}"])
         else:
             out.append(line)
         index += 1
@@ -414,34 +406,24 @@ def _dedent_by(lines: list[str], keep: int) -> list[str]:
 def rst_to_markdown(text: str) -> str:
     """A reStructuredText document as Markdown (inline markup, titles, literal blocks,
     the common directives); what no rule covers stays as the source wrote it."""
-    text = _rst_blocks(text.replace("\r\n", "\n").expandtabs(8))
+    paragraphs = _paragraphs(_rst_blocks(text.replace("\r\n", "\n").expandtabs(8)))
     out: list[str] = []
-    pending_info: str | None = None
+    # Titles take their level from the order their adornments first appear (as docutils).
     levels: dict[str, int] = {}
-    # Titles in reST take their level from the order their adornments first appear.
-    paragraphs = _paragraphs(text)
-    for index, lines in enumerate(paragraphs):
+    index = 0
+    while index < len(paragraphs):
+        lines = paragraphs[index]
+        index += 1
         marker = lines[0].strip()
         if marker.startswith(_HOLE):
-            pending_info = marker.strip(_HOLE).removeprefix("CODE").removeprefix("LITERAL")
-            pending_info = pending_info.strip()
-            rest = lines[1:]
-            if not rest:
-                continue
-            lines = rest
-        if pending_info is not None and _indent(lines[0]) > 0:
-            block = [*lines]
-            following = index + 1
-            # A literal block with blank lines inside: its later paragraphs, still indented.
-            while following < len(paragraphs) and _indent(paragraphs[following][0]) > 0:
-                block += ["", *paragraphs[following]]
-                paragraphs[following] = []
-                following += 1
-            out.append("\n".join(_fence(_dedent(block), pending_info)))
-            pending_info = None
-            continue
-        pending_info = None
-        if not lines:
+            info = marker.strip(_HOLE).removeprefix("CODE").removeprefix("LITERAL").strip()
+            block: list[str] = []
+            # The literal block: the indented paragraphs that follow (blank lines inside).
+            while index < len(paragraphs) and _indent(paragraphs[index][0]) > 0:
+                block += ["", *paragraphs[index]] if block else paragraphs[index]
+                index += 1
+            if block:
+                out.append("\n".join(_fence(_dedent(block), info)))
             continue
         title = _rst_title_of(lines, levels)
         if title:

@@ -48,7 +48,7 @@ _NOT_A_SENTENCE = re.compile(
 _PER_SOURCE_RANK = 1.0
 # A document's own reference number, neutralized by the prompt (``[\u20604]``): a footnote
 # where it ends a sentence or a clause, or labels one, and means nothing in an answer.
-_OPENERS = "[\uff3b\u3010"
+_OPENERS = "\\[\uff3b\u3010"
 _NEUTRALIZED = re.compile(rf"[{_OPENERS}]{MARKER_BREAK}[^\]\uff3d\u3011\n]*[\]\uff3d\u3011]")
 _FOOTNOTE = re.compile(
     rf"(?:^|\s+){_NEUTRALIZED.pattern}(?=$|[\s.,;:)])(?!\s+[a-z])|^{_NEUTRALIZED.pattern}\s*"
