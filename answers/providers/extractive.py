@@ -146,8 +146,10 @@ _ASCII_PUNCTUATION = frozenset("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")
 
 def _escape_char(text: str, index: int) -> bool:
     char = text[index]
-    before = text[index - 1] if index else " "
-    after = text[index + 1] if index + 1 < len(text) else " "
+    # At a token's edge the neighbour is markup or a code span: neither a space nor a
+    # letter, so "*" and "_" there are escaped.
+    before = text[index - 1] if index else "\x00"
+    after = text[index + 1] if index + 1 < len(text) else "\x00"
     if char == "\\":
         return after in _ASCII_PUNCTUATION or index + 1 == len(text)
     if char in "*_":
@@ -177,6 +179,8 @@ def _escape_text(text: str) -> str:
     parts: list[str] = []
     last = 0
     for match in _EDGE_IDENTIFIER.finditer(text):
+        if match.start() == 0 or match.end() == len(text):
+            continue  # a code span beside markup could fuse with it: escaped instead
         parts.append(_escape_plain(text[last : match.start()]))
         parts.append(code_span(match[0]))
         last = match.end()
@@ -193,21 +197,28 @@ def _escape_plain(text: str) -> str:
     )
 
 
+def _merged_text(tokens: list[Token]) -> list[Token]:
+    # markdown-it cuts text at every special character; escaping needs the whole run.
+    merged: list[Token] = []
+    for token in tokens:
+        if token.type == "text" and merged and merged[-1].type == "text":
+            merged[-1] = Token("text", "", 0, content=merged[-1].content + token.content)
+        else:
+            merged.append(token)
+    return merged
+
+
 def _write_inline(tokens: list[Token]) -> str:
     out: list[str] = []
-    for token in tokens:
+    for token in _merged_text(tokens):
         kind = token.type
         if kind == "text":
             out.append(_escape_text(token.content))
         elif kind == "code_inline":
             # In code no bracket is a marker: the neutralizing character can go.
             out.append(code_span(token.content.replace(MARKER_BREAK, "")))
-        elif kind in ("em_open", "em_close"):
-            out.append("*")
-        elif kind in ("strong_open", "strong_close"):
-            out.append("**")
-        elif kind in ("s_open", "s_close"):
-            out.append("~~")
+        elif kind in ("em_open", "em_close", "strong_open", "strong_close", "s_open", "s_close"):
+            out.append(token.markup)  # "*" or "_" as written: they flank differently
         elif kind == "image":
             out.append(_write_inline(token.children or []))
         elif kind in ("softbreak", "hardbreak"):
