@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-__all__ = ["code_span", "pydoc_to_markdown", "rst_to_markdown"]
+__all__ = ["code_span", "escape_text", "fenced", "pydoc_to_markdown", "rst_to_markdown"]
 
 # A placeholder for a finished code span while the rest of a paragraph is converted: NUL
 # never survives ingest (``ingestion._sanitize``), so it cannot occur in the text itself.
@@ -44,6 +44,11 @@ def _fence(lines: list[str], info: str = "") -> list[str]:
     longest = max((len(run) for line in lines for run in _BACKTICKS.findall(line)), default=0)
     fence = "`" * max(3, longest + 1)
     return [fence + info, *lines, fence]
+
+
+def fenced(lines: list[str], *, info: str = "") -> str:
+    """``lines`` as a fenced code block, its fence longer than any backtick run inside."""
+    return "\n".join(_fence(lines, info))
 
 
 class _Spans:
@@ -69,7 +74,7 @@ class _Spans:
 # An identifier Markdown would misread outside a code span: it starts or ends with "_"
 # (``__init__``, ``_private``), or starts with "*" (``*args``, ``**kwargs``).
 _EDGE_IDENTIFIER = re.compile(
-    r"(?<![\w`*\\\x00])(?:\*{1,2}[^\W\d]\w*|_+[^\W_]\w*|[^\W\d]\w*_)"
+    r"(?<![\w`*\\\x00])(?:\*{1,2}[^\W\d_]\w*|_+[^\W_]\w*|[^\W\d]\w*_)"
     r"(?:\.\w+)*(?:\(\))?(?![\w*`\x00])"
 )
 # Characters that would start something in Markdown where the source meant them as text.
@@ -84,6 +89,29 @@ def _escape_text(text: str) -> str:
     text = _STRAY_BACKTICK.sub(r"\\`", text)
     text = _ANGLE.sub(r"\\<", text)
     return _ENTITY.sub(r"\\&", text)
+
+
+def escape_text(text: str) -> str:
+    """Plain text (an HTML text node) as Markdown that reads the same: identifiers that
+    start or end with "_" in backticks, other hazards backslash-escaped."""
+    spans = _Spans()
+    text = _identifiers_to_code(text, spans)
+    return spans.fill(_escape_delimiters(_escape_text(text)))
+
+
+def _escape_delimiters(text: str) -> str:
+    # "*" or "_" that could open or close emphasis; not "a * b", not snake_case. A text
+    # node's edge may touch markup, so it counts as neither a space nor a letter.
+    out: list[str] = []
+    for index, char in enumerate(text):
+        if char in "*_":
+            before = text[index - 1] if index else "\x00"
+            after = text[index + 1] if index + 1 < len(text) else "\x00"
+            spaced = before.isspace() and after.isspace()
+            if not (spaced or (char == "_" and before.isalnum() and after.isalnum())):
+                out.append("\\")
+        out.append(char)
+    return "".join(out)
 
 
 def _identifiers_to_code(text: str, spans: _Spans) -> str:
