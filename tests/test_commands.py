@@ -266,6 +266,25 @@ def test_ingest_python_docs_is_idempotent() -> None:
     assert stderr == ""
 
 
+def test_a_topic_stored_before_markdown_bodies_is_rechunked_by_ingest() -> None:
+    # ADR 0026: the stored body is the extractor's output and the content hash is over it,
+    # so a changed extractor is a changed body; no --force is needed.
+    from pydoc_data.topics import topics
+
+    services.document_ingest(
+        source_key="python-docs:pass", title="The pass statement", body=topics["pass"],
+        chunk_size=int(answers_settings.CHUNK_SIZE),
+    )  # fmt: skip
+    assert (
+        '"pass" is a null operation'
+        in Chunk.objects.get(document__source_key="python-docs:pass").text
+    )
+    stdout, _ = run("ingest", "--python-docs")
+    assert summary(stdout)["updated"] == 1
+    text = Chunk.objects.get(document__source_key="python-docs:pass").text
+    assert "`pass` is a null operation" in text and '"pass"' not in text.split("```")[-1]
+
+
 # -------------------------------------------------------------------- createapitoken
 
 
