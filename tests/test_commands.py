@@ -200,10 +200,11 @@ def test_ingest_real_documents_of_every_type(tmp_path: Path) -> None:
         "Numbat Handbook": "Numbat Handbook\nAnts.",
         "Secret": "Secret",
         "Closure Example (mylib manual)": (
-            "2.6 Closure Example\n\nA trivial example that binds fputs to a stream.\n\n"
-            "int main()\n{\n  return 0;\n}"
+            # HTML is stored as Markdown (ADR 0026): headings, <code>, <pre>.
+            "### 2.6 Closure Example\n\nA trivial example that binds `fputs` to a stream.\n\n"
+            "```\nint main()\n{\n  return 0;\n}\n```"
         ),
-        "Billing FAQ": "How refunds work\n\nRefunds reach the card within five days.",
+        "Billing FAQ": "# How refunds work\n\nRefunds reach the card within five days.",
         "Front matter title": "---\ntitle: Front matter title\n---\n\nBody text.",
     }
     for doc in documents.values():
