@@ -34,6 +34,8 @@ import lxml.html
 import pypdfium2 as pdfium
 import pypdfium2.raw as pdfium_c
 
+from .markup import code_span, escape_text, fenced, rst_to_markdown
+
 __all__ = [
     "MAX_FILE_BYTES",
     "MAX_TITLE_LENGTH",
@@ -266,7 +268,8 @@ def _extract_plain(data: bytes, suffix: str) -> tuple[str | None, str]:
     if suffix in _MARKDOWN_SUFFIXES:
         return _markdown_title(body), body
     if suffix == ".rst":
-        return _rst_title(body), body
+        # Stored as Markdown like every body (ADR 0026); the title is read from the reST.
+        return _rst_title(body), _normalize_body(rst_to_markdown(body))
     return None, body
 
 
@@ -378,6 +381,8 @@ _BLOCK_TAGS = frozenset(
     }
 )  # fmt: skip
 _CELL_TAGS = frozenset({"td", "th"})
+_HEADING_TAGS = frozenset({"h1", "h2", "h3", "h4", "h5", "h6"})
+_CODE_TAGS = frozenset({"code", "kbd", "samp", "tt"})
 # Site chrome, not content: navigation landmarks, and the navigation bars of the common
 # documentation generators (Texinfo "header"/"nav-panel"/"section-toc", DocBook
 # "navheader"/"navfooter", Sphinx "related"/"sphinxsidebar"/"footer", Doxygen "navpath").
@@ -465,6 +470,9 @@ def _extract_html(data: bytes) -> tuple[str | None, str]:
     blocks: list[str] = []
     buffer: list[str] = []
     pre_depth = 0
+    # The body is Markdown (ADR 0026): headings as "#", <pre> fenced, inline code in
+    # backticks, and text escaped where Markdown would misread it.
+    code_starts: list[int] = []
 
     def flush() -> None:
         text = "".join(buffer)
@@ -472,6 +480,7 @@ def _extract_html(data: bytes) -> tuple[str | None, str]:
         if pre_depth:
             text = text.replace(_CELL_END, " ")
             block = "\n".join(line.rstrip() for line in text.split("\n")).strip("\n")
+            block = fenced(block.split("\n")) if block.strip() else ""
         else:
             lines = []
             for line in text.split(_LINE_BREAK):
@@ -483,7 +492,12 @@ def _extract_html(data: bytes) -> tuple[str | None, str]:
 
     def add_text(value: str | None) -> None:
         if value:
-            buffer.append(value if pre_depth else _WHITESPACE.sub(" ", value))
+            if pre_depth:
+                buffer.append(value)
+            elif code_starts:
+                buffer.append(_WHITESPACE.sub(" ", value))
+            else:
+                buffer.append(escape_text(_WHITESPACE.sub(" ", value)))
 
     # An explicit stack, not recursion: real-world HTML can nest deeper than Python's limit.
     # Each element is visited entering and leaving; its tail (the text after it, inside its
@@ -507,10 +521,22 @@ def _extract_html(data: bytes) -> tuple[str | None, str]:
             if name in _BLOCK_TAGS:
                 flush()
             pre_depth += name == "pre"
+            if name in _HEADING_TAGS and not pre_depth:
+                buffer.append("#" * int(name[1]) + " ")
+            if name in _CODE_TAGS and not pre_depth:
+                code_starts.append(len(buffer))
             stack.append((node, False))
             add_text(node.text)
             stack.extend((child, True) for child in reversed(node))
         else:
+            if name in _CODE_TAGS and not pre_depth and code_starts:
+                start = code_starts.pop()
+                code = "".join(buffer[start:])
+                del buffer[start:]
+                if code.strip():
+                    # Spaces stay outside the span; a code span in a code span is one.
+                    buffer.append(code if code_starts else code_span(code.strip()))
+                    buffer.append(" " if code != code.rstrip() else "")
             if name in _BLOCK_TAGS:
                 flush()
             pre_depth -= name == "pre"

@@ -200,10 +200,11 @@ def test_ingest_real_documents_of_every_type(tmp_path: Path) -> None:
         "Numbat Handbook": "Numbat Handbook\nAnts.",
         "Secret": "Secret",
         "Closure Example (mylib manual)": (
-            "2.6 Closure Example\n\nA trivial example that binds fputs to a stream.\n\n"
-            "int main()\n{\n  return 0;\n}"
+            # HTML is stored as Markdown (ADR 0026): headings, <code>, <pre>.
+            "### 2.6 Closure Example\n\nA trivial example that binds `fputs` to a stream.\n\n"
+            "```\nint main()\n{\n  return 0;\n}\n```"
         ),
-        "Billing FAQ": "How refunds work\n\nRefunds reach the card within five days.",
+        "Billing FAQ": "# How refunds work\n\nRefunds reach the card within five days.",
         "Front matter title": "---\ntitle: Front matter title\n---\n\nBody text.",
     }
     for doc in documents.values():
@@ -264,6 +265,25 @@ def test_ingest_python_docs_is_idempotent() -> None:
     assert Document.objects.count() == documents
     assert set(Chunk.objects.values_list("pk", flat=True)) == chunk_ids
     assert stderr == ""
+
+
+def test_a_topic_stored_before_markdown_bodies_is_rechunked_by_ingest() -> None:
+    # ADR 0026: the stored body is the extractor's output and the content hash is over it,
+    # so a changed extractor is a changed body; no --force is needed.
+    from pydoc_data.topics import topics
+
+    services.document_ingest(
+        source_key="python-docs:pass", title="The pass statement", body=topics["pass"],
+        chunk_size=int(answers_settings.CHUNK_SIZE),
+    )  # fmt: skip
+    assert (
+        '"pass" is a null operation'
+        in Chunk.objects.get(document__source_key="python-docs:pass").text
+    )
+    stdout, _ = run("ingest", "--python-docs")
+    assert summary(stdout)["updated"] == 1
+    text = Chunk.objects.get(document__source_key="python-docs:pass").text
+    assert "`pass` is a null operation" in text and '"pass"' not in text.split("```")[-1]
 
 
 # -------------------------------------------------------------------- createapitoken

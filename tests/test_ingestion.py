@@ -209,8 +209,8 @@ def test_html_extraction(tmp_path: Path) -> None:
     doc = extract_file(write(tmp_path / "page.html", HTML))
     assert doc.title == "The Page"
     assert doc.body == (
-        "Heading\n\nFirst bold paragraph spanning lines.\n\nSecond block & more\n\n"
-        "one\n\ntwo\n\nline\nbreak\n\nA | B\n\n1 | 2\n\n  indented\n    code"
+        "# Heading\n\nFirst bold paragraph spanning lines.\n\nSecond block & more\n\n"
+        "one\n\ntwo\n\nline\nbreak\n\nA | B\n\n1 | 2\n\n```\n  indented\n    code\n```"
     )
     for dropped in ("secret", "alert", "color", "comment", "Enable JS", "template", "hidden"):
         assert dropped not in doc.body
@@ -305,13 +305,13 @@ def test_pdf_encrypted_with_empty_user_password_is_read() -> None:
 def test_html_site_navigation_is_dropped() -> None:
     doc = extract_text(data=documents.TEXINFO_HTML.encode(), suffix=".html", fallback_title="f")
     assert doc.title == "Closure Example (mylib manual)"
-    assert doc.body.startswith("2.6 Closure Example\n\nA trivial example")
+    assert doc.body.startswith("### 2.6 Closure Example\n\nA trivial example that binds `fputs`")
     # The navigation bar and the in-page menu are Texinfo's chrome.
     assert "Next:" not in doc.body and "Index" not in doc.body and "Arrays" not in doc.body
     doc = extract_text(data=documents.SITE_HTML.encode(), suffix=".html", fallback_title="f")
     # The article's own <header> holds its heading: kept; the page's header, nav, aside and
     # footer are not content.
-    assert doc.body == "How refunds work\n\nRefunds reach the card within five days."
+    assert doc.body == "# How refunds work\n\nRefunds reach the card within five days."
 
 
 def test_html_landmarks_and_generator_navigation() -> None:
@@ -322,7 +322,7 @@ def test_html_landmarks_and_generator_navigation() -> None:
         '<div class="sphinxsidebar">Search box</div><div role="contentinfo">Legal</div></body>'
     )
     doc = extract_text(data=page.encode(), suffix=".html", fallback_title="f")
-    assert doc.body == "Kept\n\nText\n\nSection footer kept"
+    assert doc.body == "## Kept\n\nText\n\nSection footer kept"
 
 
 def test_html_two_mains_fall_back_to_the_page_less_chrome() -> None:

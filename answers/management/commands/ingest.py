@@ -20,6 +20,7 @@ from answers.ingestion import (
     extract_file,
     scan_source_files,
 )
+from answers.markup import pydoc_to_markdown
 
 PYTHON_DOCS_URL = "https://docs.python.org/3/"
 
@@ -92,7 +93,10 @@ def python_doc_topics() -> list[PythonDocTopic]:
         if text in seen:
             continue
         seen.add(text)
-        found.append(PythonDocTopic(key, python_doc_title(text), text, python_doc_url(key)))
+        # The body is Markdown like every other document's (ADR 0026); the title is read
+        # from pydoc's own first line.
+        body = pydoc_to_markdown(text)
+        found.append(PythonDocTopic(key, python_doc_title(text), body, python_doc_url(key)))
     return sorted(found, key=lambda topic: topic.key)
 
 
