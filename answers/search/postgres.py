@@ -160,15 +160,19 @@ class PostgreSQLBackend:
         rows, tokens = found.get("", (0, 0))
         doc_counts = {lexeme: found.get(lexeme, (0, 0))[0] for lexeme in ordered}
         if documents is not None and rows:
-            outside = _chunks(None).filter(
-                document__in=Document.objects.exclude(pk__in=documents.order_by().values("pk"))
-            ).aggregate(
-                rows=Count("*"),
-                tokens=Sum(RawSQL('"answers_chunk"."search_length"', [], IntegerField())),
-                **{
-                    f"n{i}": Count("pk", filter=_matching([lexeme]))
-                    for i, lexeme in enumerate(ordered)
-                },
+            outside = (
+                _chunks(None)
+                .filter(
+                    document__in=Document.objects.exclude(pk__in=documents.order_by().values("pk"))
+                )
+                .aggregate(
+                    rows=Count("*"),
+                    tokens=Sum(RawSQL('"answers_chunk"."search_length"', [], IntegerField())),
+                    **{
+                        f"n{i}": Count("pk", filter=_matching([lexeme]))
+                        for i, lexeme in enumerate(ordered)
+                    },
+                )
             )
             rows -= int(outside["rows"])
             tokens -= int(outside["tokens"] or 0)
