@@ -9,10 +9,10 @@ It is an append-only ledger: a lexeme's figure is the SUM of its rows. Statement
 triggers on ``answers_chunk`` (transition tables: one aggregate per INSERT, UPDATE or
 DELETE statement, so a bulk insert of 500 chunks adds one row per distinct lexeme, not
 one per chunk) append the statement's deltas; no ingest ever updates a row another one
-writes, so concurrent ingests never wait on a common word's row. The same trigger then
-folds the rows of the lexemes it touched into one, but only if it wins
-``pg_try_advisory_xact_lock`` (one folder at a time, nobody waits: a busy lock means
-another ingest folds later). Readers sum the rows in one statement, so they see exact
+writes, so concurrent ingests never wait on a common word's row. Every ``FOLD_EVERY``-th
+writing statement (numbered by a sequence) then folds the rows of the lexemes it touched
+into one, but only if it wins ``pg_try_advisory_xact_lock`` (one folder at a time, nobody
+waits: a busy lock means a later statement folds). Readers sum the rows in one statement, so they see exact
 figures as of their snapshot; folding only bounds how many rows a lexeme has.
 A TRUNCATE of the chunks empties it. Existing chunks are counted once here.
 """
@@ -48,22 +48,32 @@ BEGIN
         RETURNING lexeme
     )
     SELECT array_agg(lexeme) INTO touched FROM added;
-    IF touched IS NOT NULL AND pg_try_advisory_xact_lock(hashtext('answers_search_stats')) THEN
-        WITH gone AS (
-            DELETE FROM answers_search_stats
-            WHERE lexeme = ANY(touched) AND lexeme IN (
-                SELECT lexeme FROM answers_search_stats
-                WHERE lexeme = ANY(touched) GROUP BY lexeme HAVING count(*) > 1
-            )
-            RETURNING lexeme, chunks, tokens
-        )
-        INSERT INTO answers_search_stats (lexeme, chunks, tokens)
-        SELECT lexeme, sum(chunks), sum(tokens) FROM gone
-        GROUP BY lexeme HAVING sum(chunks) <> 0 OR sum(tokens) <> 0;
+    -- Nested, so the sequence counts only statements that wrote rows, and the lock is
+    -- only tried by a folding statement.
+    IF touched IS NOT NULL THEN
+        IF mod(nextval('answers_search_stats_statements'), {fold_every}) = 0 THEN
+            IF pg_try_advisory_xact_lock(hashtext('answers_search_stats')) THEN
+                WITH gone AS (
+                    DELETE FROM answers_search_stats
+                    WHERE lexeme = ANY(touched) AND lexeme IN (
+                        SELECT lexeme FROM answers_search_stats
+                        WHERE lexeme = ANY(touched) GROUP BY lexeme HAVING count(*) > 1
+                    )
+                    RETURNING lexeme, chunks, tokens
+                )
+                INSERT INTO answers_search_stats (lexeme, chunks, tokens)
+                SELECT lexeme, sum(chunks), sum(tokens) FROM gone
+                GROUP BY lexeme HAVING sum(chunks) <> 0 OR sum(tokens) <> 0;
+            END IF;
+        END IF;
     END IF;
     RETURN NULL;
 END
 """
+
+# Every FOLD_EVERY-th writing statement folds (the others only append): a lexeme written
+# by every statement (a common word) keeps at most about this many rows.
+FOLD_EVERY = 8
 
 _EVENTS = {
     # trigger suffix: (event, REFERENCING clause, deltas)
@@ -97,12 +107,14 @@ def _forward() -> list[str]:
         )
         """,
         "CREATE INDEX answers_search_stats_lexeme ON answers_search_stats (lexeme)",
+        # Numbers the writing statements (a sequence: no lock, no row shared by ingests).
+        "CREATE SEQUENCE answers_search_stats_statements",
     ]
     for suffix, (event, referencing, deltas) in _EVENTS.items():
         statements += [
             f"""
             CREATE FUNCTION answers_search_stats_{suffix}() RETURNS trigger
-            LANGUAGE plpgsql AS $$ {_BODY.format(deltas=deltas)} $$
+            LANGUAGE plpgsql AS $$ {_BODY.format(deltas=deltas, fold_every=FOLD_EVERY)} $$
             """,
             f"""
             CREATE TRIGGER answers_search_stats_{suffix}
@@ -138,6 +150,7 @@ BACKWARD = [
         for suffix in [*_EVENTS, "truncate"]
     ),
     "DROP TABLE IF EXISTS answers_search_stats",
+    "DROP SEQUENCE IF EXISTS answers_search_stats_statements",
 ]
 
 
