@@ -53,6 +53,7 @@ def main() -> int:
             scoped_search,
             stream_relay,
             streaming,
+            topk,
         )
         from .db import Databases
         from .report import Row, render_table, write_json
@@ -102,6 +103,7 @@ def main() -> int:
         section("retrieval latency", grown_corpus)
         section("retrieval on PostgreSQL", lambda: postgres.run(folder, full=FULL))
         section("scoped search", lambda: scoped_search.run(folder, full=FULL))
+        section("bounded top-k at scale", lambda: topk.run(folder, full=FULL))
         elapsed = time.perf_counter() - started
         # Sections ran in the order that shares databases best; print them by number.
         rows.sort(key=lambda row: row.section.split(" ", 1)[0])

@@ -134,3 +134,79 @@ class ReplicatedCorpus:
                 [(d, replica_title(d, copy), f"bench:{copy}:{d.key}") for d, copy in batch]
             )
             self.inserted += batch
+
+
+# Section 2c: real, varied documentation installed from Debian packages (bench set-up:
+# ``apt-get install -y python3.11-doc python-django-doc manpages manpages-dev``).
+DJANGO_DOC_ROOT = Path("/usr/share/doc/python-django-doc/html")
+MAN_ROOT = Path("/usr/share/man")
+_ROFF_ESCAPE = re.compile(r"\\(?:f(?:\[[^\]]*\]|\(..|.)|s[-+]?\d|\(..|\[[^\]]*\]|[&|^,/%:~0-]|.)")
+_ROFF_MACRO = re.compile(r"^\.\s*[A-Za-z]{1,3}\b\s*")
+
+
+def roff_text(source: str) -> str:
+    """A man page's roff source as plain text: macros and font escapes dropped, their
+    words kept (what ``man`` would print, without its layout). A crude converter, done
+    before the product's own extraction (``extract_text`` of the text), which has none."""
+    lines = []
+    for line in source.splitlines():
+        if line.startswith(('.\\"', "'\\\"", '.\\\\"')) or line in {".", "'"}:
+            continue
+        if line.startswith((".", "'")):
+            line = _ROFF_MACRO.sub("", line[0] + line[1:].lstrip())
+            if line.startswith((".", "'")):
+                continue  # a request without words (.if, .de, ...)
+            line = line.replace('"', "")
+        lines.append(_ROFF_ESCAPE.sub(lambda m: "-" if m.group(0) == "\\-" else "", line))
+    return "\n".join(lines)
+
+
+def _extracted(key: str, data: bytes, suffix: str, fallback: str) -> SourceDocument | None:
+    try:
+        extracted = extract_text(data=data, suffix=suffix, fallback_title=fallback)
+    except ExtractionError:
+        return None
+    if not extracted.body.strip():
+        return None
+    return source_document(key, extracted.title, extracted.body)
+
+
+def django_docs() -> list[SourceDocument]:
+    """python-django-doc's HTML pages (not its generated index and module-source pages)."""
+    if not DJANGO_DOC_ROOT.is_dir():
+        return []
+    out = []
+    for path in sorted(DJANGO_DOC_ROOT.rglob("*.html")):
+        relative = path.relative_to(DJANGO_DOC_ROOT)
+        if relative.parts[0].startswith("_") or path.name in {"genindex.html", "search.html"}:
+            continue
+        document = _extracted(f"django-doc:{relative}", path.read_bytes(), ".html", path.stem)
+        if document is not None:
+            out.append(document)
+    return out
+
+
+def man_pages() -> list[SourceDocument]:
+    """The English man pages (sections 1-8: manpages, manpages-dev and every package's)."""
+    import gzip
+
+    out = []
+    for path in sorted(MAN_ROOT.glob("man[1-8]/*")):
+        try:
+            raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+        except (OSError, EOFError, gzip.BadGzipFile):
+            continue
+        source = raw.decode("utf-8", errors="replace")
+        if source.lstrip().startswith(".so "):
+            continue  # an alias of another page
+        name = path.name.removesuffix(".gz")
+        document = _extracted(f"man:{path.parent.name}/{name}", roff_text(source).encode(),
+                              ".txt", name)  # fmt: skip
+        if document is not None:
+            out.append(document)
+    return out
+
+
+def varied_docs() -> list[SourceDocument]:
+    """Every real document the machine has for section 2c, Python's first."""
+    return python_topics() + debian_docs() + django_docs() + man_pages()

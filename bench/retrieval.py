@@ -79,13 +79,15 @@ def hit_at_5() -> list[Row]:
     ]  # fmt: skip
 
 
-def _latencies(fns: dict[str, Callable[[str], object]], reps: int) -> dict[str, list[float]]:
+def _latencies(
+    fns: dict[str, Callable[[str], object]], reps: int, questions: list[str] | None = None
+) -> dict[str, list[float]]:
     """Per function and question: the median of ``reps`` timed calls, after one warm-up call.
 
     The functions take turns on each question, so drift in machine load hits them alike.
     """
     out: dict[str, list[float]] = {name: [] for name in fns}
-    for question in LATENCY_QUESTIONS:
+    for question in LATENCY_QUESTIONS if questions is None else questions:
         samples: dict[str, list[float]] = {name: [] for name in fns}
         for fn in fns.values():
             fn(question)

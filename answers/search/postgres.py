@@ -36,40 +36,40 @@ bound are those of the asker's scope.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from django.contrib.postgres.search import SearchQuery, SearchVectorField
 from django.db import connection
-from django.db.models import Avg, Count, FloatField, Q, QuerySet
+from django.db.models import Count, FloatField, IntegerField, Q, QuerySet, Sum
 from django.db.models.expressions import RawSQL
 
-from ..models import Chunk
+from ..models import Chunk, Document
 from . import bm25
 from .base import SearchHit, query_terms
-
-if TYPE_CHECKING:
-    from ..models import Document
 
 CONFIG = "answers_english"  # created by migration 0004
 
 # The raw BM25 of the chunk in the outer query for the (lexeme, idf) pairs passed in, in
-# the order FTS5's bm25() computes it. The chunk's vector is first cut down to the query's
-# lexemes (two ts_delete calls, cheap in C), so unnest() yields a row per query lexeme it
-# holds, with positions and their weights; a position counts 1, a title (A) one the title
-# weight. Parameters: k1, k1, b, b, avgdl, lexemes, lexemes, idfs, title weight.
+# the order FTS5's bm25() computes it. The chunk's vector is cut down to the query's
+# lexemes in C (``setweight`` marks their positions D, the only weight the index never
+# uses, and ``ts_filter`` keeps the D positions: ADR 0027, about twice as fast as deleting
+# every other lexeme), so unnest() yields a row per query lexeme it holds with all its
+# positions; its title (A) positions come from the title part (``ts_filter`` on A). A
+# position counts 1, a title one the title weight. Parameters: k1, k1, b, b, avgdl,
+# lexemes, lexemes, idfs, title weight.
 _BM25_SQL = """
 SELECT coalesce(sum(q.idf * (
     (f.freq * (%s::float8 + 1))
     / (f.freq + %s::float8 * (1 - %s::float8
        + %s::float8 * "answers_chunk"."search_length" / %s::float8))
 )), 0)
-FROM unnest(ts_delete("answers_chunk"."search_vector", tsvector_to_array(
-         ts_delete("answers_chunk"."search_vector", %s::text[])
-     ))) AS v(lexeme, positions, weights)
+FROM unnest(ts_filter(setweight("answers_chunk"."search_vector", 'D', %s::text[]), '{d}'))
+     AS v(lexeme, positions, weights)
 JOIN unnest(%s::text[], %s::float8[]) AS q(lexeme, idf) ON q.lexeme = v.lexeme
+LEFT JOIN unnest(ts_filter("answers_chunk"."search_vector", '{a}'))
+     AS t(lexeme, positions, weights) ON t.lexeme = v.lexeme
 CROSS JOIN LATERAL (
-    SELECT cardinality(v.weights)
-           + (%s::float8 - 1) * cardinality(array_positions(v.weights, 'A')) AS freq
+    SELECT cardinality(v.positions)
+           + (%s::float8 - 1) * coalesce(cardinality(t.positions), 0) AS freq
 ) AS f
 """
 # Each term's first lexeme, as the index stores it (the same cleaning and configuration).
@@ -110,30 +110,81 @@ class PostgreSQLBackend:
     vendor = "postgresql"  # the database it needs (a system check compares it)
 
     def search(
-        self, query: str, *, limit: int, documents: QuerySet[Document] | None = None
+        self,
+        query: str,
+        *,
+        limit: int,
+        documents: QuerySet[Document] | None = None,
+        exhaustive: bool = False,
     ) -> list[SearchHit]:
         lexemes = self.lexemes(query_terms(query))
         if not lexemes:
             return []
         chunks = _chunks(documents)
-        doc_counts = self._doc_counts(chunks, set(lexemes))
-        if not any(doc_counts.values()):
-            return []  # nothing matches: skip the scoring query
-        stats = chunks.aggregate(
-            rows=Count("*"),
-            avgdl=Avg(RawSQL('"answers_chunk"."search_length"', [], FloatField())),
-        )
-        rows, avgdl = int(stats["rows"]), float(stats["avgdl"] or 0.0)
-        if not rows or avgdl <= 0:
+        stats = self.statistics(set(lexemes), documents)
+        if stats is None:
             return []
+        rows, avgdl, doc_counts = stats
         idfs = {lexeme: bm25.idf(doc_counts[lexeme], rows) for lexeme in doc_counts}
         bound = bm25.score_bound(idfs[lexeme] for lexeme in lexemes)
         # A term in half the chunks or more cannot move a score (its idf is clamped to
         # ~0) but would make nearly every row match and be scored. Leave it out, as FTS5's
         # plan does; when every term is that common, keep them all.
         useful = [lexeme for lexeme in lexemes if doc_counts[lexeme] < rows / 2] or lexemes
-        scored = self._top(chunks, useful, idfs, doc_counts, avgdl, limit)
+        if exhaustive:
+            scored = self._score(chunks, useful, idfs, avgdl, useful, limit)
+        else:
+            scored = self._top(chunks, useful, idfs, doc_counts, avgdl, limit)
         return [SearchHit(chunk_id=pk, score=min(1.0, raw / bound)) for pk, raw in scored]
+
+    def search_exhaustive(self, query: str, *, limit: int) -> list[SearchHit]:
+        """``search(documents=None)`` scoring every match (no MaxScore pass): the
+        reference the bounded top-k is tested and benched against."""
+        return self.search(query, limit=limit, exhaustive=True)
+
+    def statistics(
+        self, lexemes: set[str], documents: QuerySet[Document] | None
+    ) -> tuple[int, float, dict[str, int]] | None:
+        """N, avgdl and each lexeme's chunk count over the scope; None when nothing in
+        scope holds any of ``lexemes`` (or the scope is empty).
+
+        The whole index's figures are read from ``answers_search_stats`` (migration 0011:
+        kept by the index triggers, an index lookup per lexeme, never a count of chunks).
+        With a scope, the chunks out of it are counted and taken off (ADR 0009, as the
+        SQLite backend does): linear in the chunks out of scope, not in the corpus.
+        """
+        ordered = sorted(lexemes)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT lexeme, sum(chunks), sum(tokens) FROM answers_search_stats "
+                "WHERE lexeme = ANY(%s) GROUP BY lexeme",
+                [["", *ordered]],
+            )
+            found = {lexeme: (int(n), int(tokens)) for lexeme, n, tokens in cursor.fetchall()}
+        rows, tokens = found.get("", (0, 0))
+        doc_counts = {lexeme: found.get(lexeme, (0, 0))[0] for lexeme in ordered}
+        if documents is not None and rows:
+            outside = (
+                _chunks(None)
+                .filter(
+                    document__in=Document.objects.exclude(pk__in=documents.order_by().values("pk"))
+                )
+                .aggregate(
+                    rows=Count("*"),
+                    tokens=Sum(RawSQL('"answers_chunk"."search_length"', [], IntegerField())),
+                    **{
+                        f"n{i}": Count("pk", filter=_matching([lexeme]))
+                        for i, lexeme in enumerate(ordered)
+                    },
+                )
+            )
+            rows -= int(outside["rows"])
+            tokens -= int(outside["tokens"] or 0)
+            for i, lexeme in enumerate(ordered):
+                doc_counts[lexeme] -= int(outside[f"n{i}"])
+        if rows <= 0 or tokens <= 0 or not any(doc_counts.values()):
+            return None
+        return rows, float(tokens) / float(rows), doc_counts
 
     def _top(
         self,
@@ -208,11 +259,3 @@ class PostgreSQLBackend:
             cursor.execute(_LEXEMES_SQL, [terms])
             found = dict(cursor.fetchall())
         return [found[position] for position in range(1, len(terms) + 1) if found[position]]
-
-    def _doc_counts(self, chunks: QuerySet[Chunk], lexemes: set[str]) -> dict[str, int]:
-        """How many of ``chunks`` hold each lexeme: one pass over the rows that hold any."""
-        ordered = sorted(lexemes)
-        counts = chunks.filter(_matching(ordered)).aggregate(
-            **{f"n{i}": Count("pk", filter=_matching([lexeme])) for i, lexeme in enumerate(ordered)}
-        )
-        return {lexeme: int(counts[f"n{i}"]) for i, lexeme in enumerate(ordered)}

@@ -26,6 +26,7 @@ is linear in the postings of the question's terms or in the chunks out of scope.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from django.core.exceptions import EmptyResultSet
@@ -47,6 +48,21 @@ VOCAB_TABLE = "answers_chunk_fts_vocab"
 DATA_TABLE = "answers_chunk_fts_data"  # FTS5's shadow table: its totals are record 1
 LENGTH_TABLE = "answers_chunk_fts_length"  # each row's tokens, from docsize (migration 0005)
 EXCLUDED_TABLE = "temp.answers_search_excluded"  # per connection, like the scratch index
+CANDIDATE_TABLE = "temp.answers_search_candidates"  # the bounded top-k's (ADR 0027)
+# The bounded top-k tries a candidate pass only when its phrases' postings are at most this
+# share of all the expression's postings (a speed choice; the result is exact either way).
+CANDIDATE_SHARE = 0.35
+Row = tuple[int, float]  # a chunk id and its raw BM25
+
+
+@dataclass(frozen=True)
+class _Plan:
+    expression: str  # the MATCH expression: one phrase per useful query term
+    bound: float  # (k1+1) * sum(idf) over every query term (ADR 0003)
+    phrases: list[str]  # the expression's stems, in order (a stem twice: two terms)
+    doc_counts: dict[str, int]  # chunks holding each stem (FTS5's vocabulary)
+    rows: int  # chunks in the index (FTS5's totals)
+
 
 # BM25 over the chunks in scope (ADR 0009). FTS5 gives, per chunk holding a term, the
 # term's bm25() with whole-table statistics, s = idf_all * f*(k1+1) / (f + K_all) with
@@ -113,20 +129,109 @@ class SQLiteFTS5Backend:
                 return []  # an empty scope
             if excluded:
                 return self.search_scoped(cursor, query, limit=limit, excluded=excluded)
-            planned = self.plan(cursor, query)
+            planned = self._plan(cursor, query)
             if planned is None:
                 return []
-            expression, bound = planned
-            cursor.execute(
-                f"SELECT rowid, rank FROM {FTS_TABLE} WHERE {FTS_TABLE} MATCH %s "  # noqa: S608
-                "ORDER BY rank LIMIT %s",
-                [expression, limit],
-            )
-            hits = cursor.fetchall()
-        return [SearchHit(chunk_id=row[0], score=min(1.0, -row[1] / bound)) for row in hits]
+            scored = self._top(cursor, planned, limit)
+        bound = planned.bound
+        return [SearchHit(chunk_id=pk, score=min(1.0, raw / bound)) for pk, raw in scored]
+
+    def search_exhaustive(self, query: str, *, limit: int) -> list[SearchHit]:
+        """The same search as ``search(documents=None)`` scoring every match (FTS5's own
+        ``ORDER BY rank``): the reference the bounded top-k is tested and benched against."""
+        with connection.cursor() as cursor:
+            planned = self._plan(cursor, query)
+            if planned is None:
+                return []
+            scored = self._rank_all(cursor, planned.expression, limit)
+        bound = planned.bound
+        return [SearchHit(chunk_id=pk, score=min(1.0, raw / bound)) for pk, raw in scored]
+
+    def _rank_all(self, cursor: CursorWrapper, expression: str, limit: int) -> list[Row]:
+        cursor.execute(
+            f"SELECT rowid, -rank FROM {FTS_TABLE} WHERE {FTS_TABLE} MATCH %s "  # noqa: S608
+            "ORDER BY rank, rowid LIMIT %s",
+            [expression, limit],
+        )
+        return [(int(pk), float(raw)) for pk, raw in cursor.fetchall()]
+
+    def _top(self, cursor: CursorWrapper, planned: _Plan, limit: int) -> list[Row]:
+        """The best ``limit`` chunks for the planned phrases, as ``_rank_all`` orders them,
+        without ranking every match (MaxScore, ADR 0027).
+
+        A phrase adds strictly less than ``(k1+1) * idf`` to any chunk, so a chunk holding
+        only common phrases scores below the sum of their ceilings. The chunks holding the
+        rarest phrases are found from their doclists (no ranking), and only they are
+        scored, with the whole expression (so exactly as FTS5 ranks them); when the
+        ``limit``-th of them is at or above the common phrases' ceiling, no other chunk can
+        enter the result. Otherwise the commonest phrases whose ceiling stays under that
+        floor are still skipped in a second pass (the floor can only rise: exact); when
+        none can be, every match is ranked.
+        """
+        counts = planned.doc_counts
+        weight = {stem: planned.phrases.count(stem) for stem in planned.phrases}
+        by_rarity = sorted(weight, key=lambda stem: (counts.get(stem, 0), stem))
+        ceilings = {
+            stem: weight[stem] * (bm25.K1 + 1) * bm25.idf(counts.get(stem, 0), planned.rows)
+            for stem in by_rarity
+        }
+        first, held = 0, 0
+        for stem in by_rarity:
+            first += 1
+            held += counts.get(stem, 0)
+            if held >= limit:
+                break
+        total = sum(counts.get(stem, 0) for stem in by_rarity)
+        floor = 0.0
+        for _ in range(2):
+            skipped = by_rarity[first:]
+            held = sum(counts.get(stem, 0) for stem in by_rarity[:first])
+            # Ranking candidates costs about as much per chunk as ranking every match, and
+            # a pass that fails is wasted: only try when it scores a fraction of them.
+            if not skipped or held > total * CANDIDATE_SHARE:
+                break
+            scored = self._rank_candidates(cursor, planned.expression, by_rarity[:first], limit)
+            floor = scored[-1][1] if len(scored) == limit else 0.0
+            if sum(ceilings[stem] for stem in skipped) <= floor:
+                return scored
+            # Skip only the commonest phrases whose ceiling stays under the floor found.
+            while (
+                first < len(by_rarity) and sum(ceilings[stem] for stem in by_rarity[first:]) > floor
+            ):
+                first += 1
+        return self._rank_all(cursor, planned.expression, limit)
+
+    def _rank_candidates(
+        self, cursor: CursorWrapper, expression: str, rare: list[str], limit: int
+    ) -> list[Row]:
+        """The best ``limit`` chunks holding any of ``rare``, ranked on ``expression``."""
+        cursor.execute(
+            f"CREATE TEMP TABLE IF NOT EXISTS {CANDIDATE_TABLE.split('.')[1]} "
+            "(id INTEGER PRIMARY KEY)"
+        )
+        cursor.execute(f"DELETE FROM {CANDIDATE_TABLE}")  # noqa: S608
+        cursor.execute(
+            f"INSERT INTO {CANDIDATE_TABLE}(id) SELECT rowid FROM {FTS_TABLE} "  # noqa: S608
+            f"WHERE {FTS_TABLE} MATCH %s",
+            [" OR ".join(_quote(stem) for stem in rare)],
+        )
+        # CROSS JOIN keeps FTS5 the outer loop: it walks the doclists once (no ranking) and
+        # bm25() runs for the candidates only; as an inner loop FTS5 would run the whole
+        # query once per candidate.
+        cursor.execute(
+            f"SELECT f.rowid, -bm25({FTS_TABLE}, {float(bm25.TITLE_WEIGHT)}, 1.0) AS raw "  # noqa: S608
+            f"FROM {FTS_TABLE} AS f CROSS JOIN {CANDIDATE_TABLE} AS c ON c.id = f.rowid "
+            f"WHERE {FTS_TABLE} MATCH %s ORDER BY raw DESC, f.rowid LIMIT %s",
+            [expression, limit],
+        )
+        return [(int(pk), float(raw)) for pk, raw in cursor.fetchall()]
 
     def plan(self, cursor: CursorWrapper, query: str) -> tuple[str, float] | None:
         """The MATCH expression for ``query`` and the bound its scores are divided by."""
+        planned = self._plan(cursor, query)
+        return None if planned is None else (planned.expression, planned.bound)
+
+    def _plan(self, cursor: CursorWrapper, query: str) -> _Plan | None:
         terms = query_terms(query)
         stems = self._stems(cursor, terms) if terms else {}
         if not stems:
@@ -136,7 +241,9 @@ class SQLiteFTS5Backend:
         # A term in half the chunks or more has an idf FTS5 clamps to ~0: it cannot move a
         # score, but matching it makes FTS5 rank nearly every row. Leave it out.
         useful = [t for t, stem in stems.items() if doc_counts.get(stem, 0) < rows / 2]
-        return " OR ".join(_quote(stems[term]) for term in useful or stems), bound
+        phrases = [stems[term] for term in useful or stems]
+        expression = " OR ".join(_quote(stem) for stem in phrases)
+        return _Plan(expression, bound, phrases, doc_counts, rows)
 
     def _stems(self, cursor: CursorWrapper, terms: list[str]) -> dict[str, str]:
         """Each query term with its stem as the index stores it (stemmed as the triggers
@@ -169,9 +276,15 @@ class SQLiteFTS5Backend:
             list(stems),
         )
         doc_counts = dict(cursor.fetchall())
-        cursor.execute("SELECT count(*) FROM answers_chunk")
-        (rows,) = cursor.fetchone()
-        return doc_counts, rows
+        return doc_counts, self._totals(cursor)[0]
+
+    @staticmethod
+    def _totals(cursor: CursorWrapper) -> list[int]:
+        """FTS5's own totals, kept by the index itself: rows, then tokens per column (its
+        record 1: read in O(1), where ``count(*)`` reads every row)."""
+        cursor.execute(f"SELECT block FROM {DATA_TABLE} WHERE id = 1")  # noqa: S608
+        found = cursor.fetchone()
+        return _varints(found[0]) if found else [0]
 
     @staticmethod
     def _score_bound(stems: Iterable[str], doc_counts: dict[str, int], rows: int) -> float:
@@ -205,9 +318,7 @@ class SQLiteFTS5Backend:
         stems = self._stems(cursor, query_terms(query))
         if not stems:
             return []
-        cursor.execute(f"SELECT block FROM {DATA_TABLE} WHERE id = 1")  # noqa: S608
-        totals = cursor.fetchone()
-        all_rows, *column_tokens = _varints(totals[0]) if totals else [0]
+        all_rows, *column_tokens = self._totals(cursor)
         rows = all_rows - len(excluded)
         tokens = sum(column_tokens) - sum(excluded.values())
         if rows <= 0 or tokens <= 0:

@@ -1,0 +1,260 @@
+"""10. Retrieval at scale: the bounded top-k (ADR 0027) on real, varied documentation.
+
+The corpus is what Debian's documentation packages install (bench set-up: ``apt-get
+install -y python3.11-doc python-django-doc manpages manpages-dev``): the Python demo
+topics, python3.11-doc's reST sources, python-django-doc's HTML pages and every English
+man page of the machine, each extracted and chunked by the product's own ingestion
+(``answers.ingestion.extract_text`` and ``chunk_text``; man pages' roff is flattened to
+text first, ``corpus.roff_text``) and bulk-inserted, so each database's own index
+triggers run. About 117k chunks exist without any copy; a size beyond that replicates
+whole documents (``ReplicatedCorpus``) and the figure says how many copies.
+
+Each backend runs in a process of its own (``python -m bench.topk``, as sections 8 and 9),
+on the same documents in the same order. Per size and backend, in the same run:
+
+- the bounded search (``backend.search``, what every ask runs) against the exhaustive
+  one (``backend.search_exhaustive``: every match scored) and, on PostgreSQL, against the
+  search before ADR 0027 (``_search_before``: each term's chunk count and N counted per
+  query), question by question, taking turns;
+- the top-40 overlap of bounded and exhaustive (must be 1.0: the top-k is exact);
+- on SQLite, rank_bm25 over the same chunks (not at 1M: its index would not fit);
+- the time to load the corpus, and on PostgreSQL the same load on the schema before
+  migration 0011 (no statistics triggers), the ingest throughput baseline.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from typing import Any
+
+from . import services
+from .postgres import REPO, _database
+from .report import Row, median, p95
+
+SECTION = "10. bounded top-k at scale (real Debian docs)"
+TIMEOUT = 3600.0
+# The latency questions, plus some for the man pages and Django's documentation.
+EXTRA_QUESTIONS = [
+    "How do I list files sorted by modification time?",
+    "What does fork return in the child process?",
+    "How do I follow symbolic links when copying a directory?",
+    "How does malloc allocate memory and what does free do?",
+    "How do I configure the database connection in Django settings?",
+    "How do I write a custom template filter in Django?",
+    "How do I change file permissions recursively?",
+    "What signals can a process send with kill?",
+    "How do I create a model form with validation?",
+    "How do I compress a directory into a tar archive?",
+]
+EVERY_MATCH = "FTS5 scoring every match (as before)"
+RANK_BM25_MAX = 200_000  # above this, rank_bm25's in-memory index is not built
+
+
+def _questions() -> list[str]:
+    from .questions import LATENCY_QUESTIONS
+
+    return LATENCY_QUESTIONS + EXTRA_QUESTIONS
+
+
+def _search_before(backend: Any, query: str, limit: int) -> Any:
+    """The PostgreSQL search as it was before ADR 0027: N, avgdl and every term's chunk
+    count counted per query (one COUNT ... FILTER per lexeme over the matching rows, a
+    count and average over every chunk), then the same scoring passes."""
+    from django.db.models import Avg, Count, FloatField
+    from django.db.models.expressions import RawSQL
+
+    from answers.search import bm25
+    from answers.search.base import query_terms
+    from answers.search.postgres import _chunks, _matching
+
+    lexemes = backend.lexemes(query_terms(query))
+    if not lexemes:
+        return []
+    chunks = _chunks(None)
+    ordered = sorted(set(lexemes))
+    counts = chunks.filter(_matching(ordered)).aggregate(
+        **{f"n{i}": Count("pk", filter=_matching([x])) for i, x in enumerate(ordered)}
+    )
+    doc_counts = {x: int(counts[f"n{i}"]) for i, x in enumerate(ordered)}
+    if not any(doc_counts.values()):
+        return []
+    stats = chunks.aggregate(
+        rows=Count("*"), avgdl=Avg(RawSQL('"answers_chunk"."search_length"', [], FloatField()))
+    )
+    rows, avgdl = int(stats["rows"]), float(stats["avgdl"] or 0.0)
+    idfs = {x: bm25.idf(doc_counts[x], rows) for x in doc_counts}
+    useful = [x for x in lexemes if doc_counts[x] < rows / 2] or lexemes
+    return backend._top(chunks, useful, idfs, doc_counts, avgdl, limit)
+
+
+def _bm25_index() -> Any:
+    from answers.models import Chunk
+
+    from .retrieval import Bm25Index
+
+    rows = Chunk.objects.order_by("id").values_list("id", "document__title", "text")
+    return Bm25Index(rows.iterator(chunk_size=5000))
+
+
+def measure(sizes: dict[str, int], reps: int, schema: str) -> dict[str, Any]:
+    """The child: load the corpus on ``DATABASE_URL`` and time its backend."""
+    from django.core.management import call_command
+    from django.db import connection
+
+    from answers.registry import get_search_backend
+
+    from .backend_search import _maintain, _server
+    from .corpus import ReplicatedCorpus, varied_docs
+    from .retrieval import LIMIT, _latencies
+
+    call_command("migrate", "answers", *([schema] if schema else []), verbosity=0)
+    start = time.perf_counter()
+    documents = varied_docs()
+    extract = time.perf_counter() - start
+    grown = ReplicatedCorpus(documents)
+    backend: Any = get_search_backend()
+    questions = _questions()
+    out: dict[str, Any] = {
+        "backend": backend.name, "server": _server(), "documents": len(documents),
+        "extract_s": extract, "sizes": {},
+    }  # fmt: skip
+    ingest = 0.0
+    for label, size in sizes.items():
+        start = time.perf_counter()
+        grown.grow_to(size)
+        ingest += time.perf_counter() - start
+        copies = max(copy for _, copy in grown.inserted)
+        figures: dict[str, Any] = {"chunks": grown.chunks, "ingest_s": ingest, "copies": copies}
+        out["sizes"][label] = figures
+        if schema:  # the ingest baseline only
+            continue
+        figures["maintain_s"] = _maintain()
+        fns = {
+            "bounded": lambda q: backend.search(q, limit=LIMIT),
+            "exhaustive": lambda q: backend.search_exhaustive(q, limit=LIMIT),
+        }
+        if connection.vendor == "postgresql":
+            fns["before"] = lambda q: _search_before(backend, q, LIMIT)
+        figures["latencies"] = _latencies(fns, reps, questions)
+        if connection.vendor == "sqlite" and grown.chunks <= RANK_BM25_MAX:
+            start = time.perf_counter()
+            index = _bm25_index()
+            figures["bm25_build_s"] = time.perf_counter() - start
+            bm25 = {"rank_bm25": lambda q, index=index: index.search(q, LIMIT)}
+            figures["latencies"] |= _latencies(bm25, 1, questions)
+            del index, bm25
+        same = shared = 0
+        for question in questions:
+            bounded = [h.chunk_id for h in backend.search(question, limit=LIMIT)]
+            exhaustive = [h.chunk_id for h in backend.search_exhaustive(question, limit=LIMIT)]
+            same += bounded == exhaustive
+            shared += len(set(bounded) & set(exhaustive)) / max(1, len(exhaustive))
+        figures["overlap"] = shared / len(questions)
+        figures["identical"] = same
+        figures["questions"] = len(questions)
+    return out
+
+
+def _child(database_url: str, sizes: dict[str, int], reps: int, schema: str = "") -> dict[str, Any]:
+    env = {**os.environ, "DATABASE_URL": database_url}
+    spec = json.dumps({"sizes": sizes, "reps": reps, "schema": schema})
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.topk", spec],
+        cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        text=True, timeout=TIMEOUT, check=False,
+    )  # fmt: skip
+    if done.returncode:
+        raise RuntimeError(f"python -m bench.topk failed ({done.returncode}), see above")
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def _rows(
+    fts: dict[str, Any], pg: dict[str, Any] | None, pg_before: dict[str, Any] | None
+) -> list[Row]:
+    rows: list[Row] = []
+    for label, mine in fts["sizes"].items():
+        copies = mine["copies"]
+        replicated = (
+            "no copies" if copies == 1 else f"REPLICATED: up to {copies} copies of each document"
+        )
+        size = f"@{label} ({mine['chunks']:,} chunks, {replicated})"
+        lat = mine["latencies"]
+        note = (
+            f"{fts['documents']:,} real documents; top-40 overlap with the exhaustive ranking "
+            f"{mine['overlap']:.3f}, identical lists {mine['identical']}/{mine['questions']}"
+        )
+        rows += [
+            Row(SECTION, f"FTS5 bounded median {size}", median(lat["bounded"]),
+                median(lat["exhaustive"]), "s", EVERY_MATCH, None, note=note),
+            Row(SECTION, f"FTS5 bounded p95 {size}", p95(lat["bounded"]),
+                p95(lat["exhaustive"]), "s", EVERY_MATCH, None),
+        ]  # fmt: skip
+        if "rank_bm25" in lat:
+            rows += [
+                Row(SECTION, f"FTS5 bounded vs rank_bm25 median {size}", median(lat["bounded"]),
+                    median(lat["rank_bm25"]), "s", "rank_bm25", ("<=", 0.05),
+                    note=f"<= 0.05: >= 20x faster; rank_bm25 build {mine['bm25_build_s']:.0f} s"),
+                Row(SECTION, f"FTS5 bounded vs rank_bm25 p95 {size}", p95(lat["bounded"]),
+                    p95(lat["rank_bm25"]), "s", "rank_bm25", None),
+            ]  # fmt: skip
+        if pg is None or label not in pg["sizes"]:
+            continue
+        theirs = pg["sizes"][label]
+        plat = theirs["latencies"]
+        pg_note = (
+            f"{pg['server']}; top-40 overlap with its exhaustive ranking {theirs['overlap']:.3f}, "
+            f"identical lists {theirs['identical']}/{theirs['questions']}; "
+            f"exhaustive median {median(plat['exhaustive']) * 1000:.1f} ms"
+        )
+        rows += [
+            Row(SECTION, f"PostgreSQL bounded median {size}", median(plat["bounded"]),
+                median(plat["before"]), "s", "PostgreSQL before ADR 0027", None, note=pg_note),
+            Row(SECTION, f"PostgreSQL bounded p95 {size}", p95(plat["bounded"]),
+                p95(plat["before"]), "s", "PostgreSQL before ADR 0027", None),
+            Row(SECTION, f"PostgreSQL vs FTS5 bounded median {size}", median(plat["bounded"]),
+                median(lat["bounded"]), "s", "FTS5 bounded", ("<=", 2.0)),
+            Row(SECTION, f"PostgreSQL vs FTS5 bounded p95 {size}", p95(plat["bounded"]),
+                p95(lat["bounded"]), "s", "FTS5 bounded", None),
+        ]  # fmt: skip
+        if pg_before is not None and label in pg_before["sizes"]:
+            before = pg_before["sizes"][label]
+            rows.append(
+                Row(SECTION, f"PostgreSQL ingest throughput {size}",
+                    theirs["chunks"] / theirs["ingest_s"], before["chunks"] / before["ingest_s"],
+                    "chunks/s", "schema before migration 0011", (">=", 1.0),
+                    note=f"load {theirs['ingest_s']:.0f} s vs {before['ingest_s']:.0f} s; "
+                    f"SQLite {mine['chunks'] / mine['ingest_s']:,.0f} chunks/s (ingest unchanged)")
+            )  # fmt: skip
+    return rows
+
+
+def run(folder: Any, *, full: bool) -> list[Row]:
+    sizes = {"100k": 100_000} | ({"1M": 1_000_000} if full else {})
+    fts = _child(f"sqlite:///{folder / 'topk.sqlite3'}", sizes, 3)
+    pg = pg_before = None
+    try:
+        with _database() as url:  # Unavailable without psycopg or a server
+            pg = _child(url, sizes, 3)
+        with _database() as url:
+            pg_before = _child(url, {"100k": 100_000}, 1, schema="0010")
+    except services.Unavailable as exc:
+        print(f"[bench] bounded top-k on PostgreSQL skipped: {exc}", file=sys.stderr)
+    return _rows(fts, pg, pg_before)
+
+
+def main() -> None:
+    import django
+
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.settings")
+    django.setup()
+    spec = json.loads(sys.argv[1])
+    print(json.dumps(measure(spec["sizes"], spec["reps"], spec["schema"])))
+
+
+if __name__ == "__main__":
+    main()
