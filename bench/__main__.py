@@ -2,7 +2,7 @@
 
 Quick by default (under 4 minutes on 2 cores); ``BENCH_FULL=1`` adds the large sizes.
 A section that breaks is reported and skipped: benchmarks print figures, they never fail.
-Sections 7 (Redis part), 8 and 9 (its PostgreSQL part) use the local Redis and
+Sections 7 (Redis part), 8, 9 (its PostgreSQL part) and 11 use the local Redis and
 PostgreSQL (``bench.services``); without them they say why on stderr and are skipped.
 """
 
@@ -50,6 +50,7 @@ def main() -> int:
             pipeline,
             postgres,
             retrieval,
+            scale_out,
             scoped_search,
             stream_relay,
             streaming,
@@ -85,6 +86,10 @@ def main() -> int:
         section("time to references", pipeline.time_to_references)
         section("stream relay", stream_relay.run)
         section("streaming", lambda: streaming.run(dbs, folder / "daphne.log", full=FULL))
+        section(
+            "scale-out stack under load",
+            lambda: scale_out.run(dbs, folder / "daphne-scale.log", full=FULL),
+        )
         section("ingest files", lambda: ingest.files(dbs, folder / "files"))
 
         def grown_corpus() -> list[Row]:

@@ -109,7 +109,6 @@ def run(dbs: Databases, log: Path, *, full: bool) -> list[Row]:
                 "CHANNEL_PREFIX": prefix,
                 "CACHE_PREFIX": prefix,
                 **LIMITS,
-                **({"DATABASE_CONN_MAX_AGE": os.environ["SCALE_CONN_MAX_AGE"]} if os.environ.get("SCALE_CONN_MAX_AGE") else {}),
             }
             with daphne("config.asgi:application", dbs.main, log, env_extra=scaled) as port:
                 print("[bench]   PostgreSQL + Redis", file=sys.stderr, flush=True)
