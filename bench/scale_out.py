@@ -56,7 +56,7 @@ def _why(result: dict[str, Any]) -> str:
         for s in result["streams"]
         if s["outcome"] not in ENDED
     )
-    return ", ".join(f"{n}× {reason}" for reason, n in reasons.most_common(2))
+    return ", ".join(f"{n} x {reason}" for reason, n in reasons.most_common(2))
 
 
 def _figures(result: dict[str, Any]) -> tuple[float, float, float, int]:
@@ -147,9 +147,9 @@ def _setup(count: int) -> None:
     import django
 
     django.setup()
-    from django.core.management import call_command
-
     import io
+
+    from django.core.management import call_command
 
     call_command("migrate", verbosity=0)
     call_command("ingest", python_docs=True, no_progress=True, stdout=io.StringIO())

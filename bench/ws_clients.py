@@ -8,8 +8,8 @@ backlog do not blur the streaming figure.
 
 The spec is ``{"url", "origin", "cookies": [...], "messages": [...], "timeout"}``; the
 answer, on stdout, is ``{"seconds", "streams": [{"tokens", "chars", "outcome", "first_ms",
-"gaps"}, ...]}`` (``outcome``: the ``done``'s status or ``error``, with ``error`` its code and message;
-"" if the socket closed first).
+"error", "gaps"}, ...]}`` (``outcome``: the ``done``'s status, or ``error`` with ``error``
+its code and message, or "" if the socket closed first).
 ``gaps`` lists, for each ``t<time.time()>`` stamp in the token text (``bench.providers``),
 arrival minus emission in ms, the arrival being that of the message completing the stamp.
 """
