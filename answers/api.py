@@ -134,6 +134,7 @@ HTTP_STATUS: dict[str, int] = {
     "not_streaming": 409,
     "streaming": 409,
     "unavailable": 503,
+    "busy": 503,
 }
 
 

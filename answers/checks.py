@@ -160,3 +160,39 @@ def _check_stream_cache(alias: str) -> list[CheckMessage]:
             id="answers.W001",
         )
     ]
+
+
+# Connections PostgreSQL keeps for superusers and for the people who keep the database.
+RESERVED_CONNECTIONS = 5
+
+
+def database_connections_per_process() -> int:
+    """What one process may hold open at once: the thread all database work shares, and
+    one per retrieval thread (PostgreSQL only: ``RETRIEVAL_THREADS``)."""
+    threads = int(answers_settings.RETRIEVAL_THREADS) if connection.vendor == "postgresql" else 0
+    return 1 + threads
+
+
+@register(Tags.database)
+def check_database_connections(
+    app_configs: Any = None, databases: Any = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """With ``--database default`` (``migrate`` runs it): can PostgreSQL carry one process,
+    and how many can it carry? (docs/deployment.md, "Sizing")."""
+    if not databases or "default" not in databases or connection.vendor != "postgresql":
+        return []
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW max_connections")
+        (row,) = cursor.fetchall()
+    usable = int(row[0]) - RESERVED_CONNECTIONS
+    each = database_connections_per_process()
+    if each > usable:
+        return [
+            Error(
+                f"One process may open {each} database connections (1 + RETRIEVAL_THREADS) "
+                f"but PostgreSQL's max_connections leaves {usable}.",
+                hint="Lower ANSWERS['RETRIEVAL_THREADS'] or raise max_connections.",
+                id="answers.E020",
+            )
+        ]
+    return []

@@ -226,6 +226,15 @@ SETTINGS: tuple[Setting, ...] = (
         7 * 86400,
     ),
     Setting(
+        "MAX_PROCESS_STREAMS",
+        1000,
+        "Answers one process generates at once; a question beyond them is refused before "
+        "anything is stored (503 with Retry-After, or the socket's error 'busy').",
+        1,
+        100_000,
+        env="ANSWERS_MAX_PROCESS_STREAMS",
+    ),
+    Setting(
         "RETRIEVAL_THREADS",
         4,
         "Threads of their own (each with a database connection) that run retrieval on "

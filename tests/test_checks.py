@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import pytest
+from django.db import connection
 
 from answers.checks import check_answers_settings
 
@@ -207,3 +208,19 @@ def test_changing_settings_resets_the_parts_without_conf_importing_the_registry(
     first = registry.get_provider()
     settings.ANSWERS = {"EXTRACTIVE_SENTENCES": 2}
     assert registry.get_provider() is not first
+
+
+@pytest.mark.django_db
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="a PostgreSQL setting")
+def test_retrieval_threads_beyond_what_postgresql_allows_are_an_error(settings):
+    from answers.checks import RESERVED_CONNECTIONS, check_database_connections
+
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW max_connections")
+        allowed = int(cursor.fetchone()[0]) - RESERVED_CONNECTIONS
+    settings.ANSWERS = {**settings.ANSWERS, "RETRIEVAL_THREADS": 4}
+    assert check_database_connections(databases=["default"]) == []
+    settings.ANSWERS = {**settings.ANSWERS, "RETRIEVAL_THREADS": allowed}
+    (error,) = check_database_connections(databases=["default"])
+    assert error.id == "answers.E020" and f"leaves {allowed}" in error.msg
+    assert check_database_connections(databases=None) == []  # not asked for the database

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import pytest
+from asgiref.sync import sync_to_async
 
 from answers.citations import iter_markers
 from answers.models import Answer, Question
@@ -211,3 +212,44 @@ async def _timed_final(socket) -> tuple[float, float, list[dict]]:  # type: igno
         messages.append(json.loads(await asyncio.wait_for(socket.recv(), 60)))
         answered_at = answered_at or time.monotonic()
     return answered_at, time.monotonic(), messages
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_process_at_capacity_refuses_a_question_before_storing_it(
+    corpus, asker, other_asker, scripted, settings
+):
+    from django.test import AsyncClient
+
+    from answers import streams
+    from tests.sockets import ask_on, connected, scoped_socket
+
+    settings.ANSWERS = {**settings.ANSWERS, "MAX_PROCESS_STREAMS": 1}
+    scripted.script = ["Slow [1]. "] * 40
+    scripted.delay = 0.05
+    asked = await streams.answer_stream_begin(
+        user=asker, question="What is a lambda?", conversation_id=None
+    )
+    try:
+        auth = {"headers": await sync_to_async(bearer_headers)(other_asker, name="t")}
+        response = await api_post(
+            AsyncClient(), "/api/answers", {"question": "What is a lambda?"},
+            headers={"Accept": "text/event-stream", **auth["headers"]},
+        )  # fmt: skip
+        body = assert_json_error(response, 503, "busy")
+        assert body["detail"] == streams.BUSY_MESSAGE
+        assert response["Retry-After"] == str(streams.BUSY_RETRY_AFTER)
+        comm = await connected(scoped_socket(other_asker))
+        (error,) = await ask_on(comm, "What is a lambda?")
+        assert (error["type"], error["code"]) == ("error", "busy")
+        await comm.disconnect()
+        assert await Question.objects.acount() == 1  # only the first one
+    finally:
+        async for _ in asked.events:  # the first answer ends as it would
+            pass
+    # Once it has, the process takes questions again.
+    await streams.answer_streams_wait(timeout=10)
+    scripted.delay = 0.0
+    again = await streams.answer_stream_begin(
+        user=other_asker, question="What is a lambda?", conversation_id=None
+    )
+    assert [e async for e in again.events][-1].event.type == "done"

@@ -40,10 +40,13 @@ from .generation import (
 from .log import stream_name
 from .refusals import (
     ABANDONED_MESSAGE,
+    BUSY_MESSAGE,
+    BUSY_RETRY_AFTER,
     DRAINING_MESSAGE,
     DRAINING_RETRY_AFTER,
     AnswerNotFound,
     AnswerNotStreaming,
+    ServerBusy,
     ServerDraining,
     StreamUnavailable,
 )
@@ -51,11 +54,14 @@ from .relay import answer_stream_follow, follow_here, stored
 
 __all__ = [
     "ABANDONED_MESSAGE",
+    "BUSY_MESSAGE",
+    "BUSY_RETRY_AFTER",
     "DRAINING_MESSAGE",
     "DRAINING_RETRY_AFTER",
     "AnswerNotFound",
     "AnswerNotStreaming",
     "AskedStream",
+    "ServerBusy",
     "ServerDraining",
     "StreamEvent",
     "StreamUnavailable",

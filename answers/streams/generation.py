@@ -30,9 +30,12 @@ from .log import (
     stream_name,
 )
 from .refusals import (
+    BUSY_MESSAGE,
+    BUSY_RETRY_AFTER,
     DRAINING_MESSAGE,
     DRAINING_RETRY_AFTER,
     AnswerNotStreaming,
+    ServerBusy,
     ServerDraining,
     StreamUnavailable,
     answer_for_follower,
@@ -82,9 +85,12 @@ draining = False
 
 
 def answer_streams_check_accepting() -> None:
-    """Raise ``ServerDraining`` once this process has begun shutting down."""
+    """Raise ``ServerDraining`` once this process has begun shutting down, ``ServerBusy``
+    while it generates ``MAX_PROCESS_STREAMS`` answers."""
     if draining:
         raise ServerDraining(DRAINING_MESSAGE, retry_after=DRAINING_RETRY_AFTER)
+    if len(running) >= int(answers_settings.MAX_PROCESS_STREAMS):
+        raise ServerBusy(BUSY_MESSAGE, retry_after=BUSY_RETRY_AFTER)
 
 
 class Publisher:

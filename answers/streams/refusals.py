@@ -11,6 +11,8 @@ from ..models import Answer
 ABANDONED_MESSAGE = "The answer was interrupted before it finished. Please ask again."
 DRAINING_MESSAGE = "This server is restarting. Please ask again in a moment."
 DRAINING_RETRY_AFTER = 2
+BUSY_MESSAGE = "This server is answering as many questions as it can. Please ask again shortly."
+BUSY_RETRY_AFTER = 2
 
 
 class AnswerNotFound(pipeline.AskRefused):
@@ -38,6 +40,14 @@ class StreamUnavailable(pipeline.AskRefused):
 class ServerDraining(StreamUnavailable):
     """This process is shutting down: asked again, another one (or this one restarted)
     will answer. Refused before anything is stored."""
+
+
+class ServerBusy(pipeline.AskRefused):
+    """This process generates as many answers as it may (``MAX_PROCESS_STREAMS``): asked
+    again in a moment, or on another process, it will answer. Refused before anything is
+    stored."""
+
+    code = "busy"
 
 
 def answer_for_follower(answer_id: int, user: Any) -> Answer:
