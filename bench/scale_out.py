@@ -85,6 +85,44 @@ def _stack(port: int, cookies: list[str], counts: tuple[int, ...]) -> dict[int, 
     return out
 
 
+def _measure_apart(ports: list[int], cookies: list[str]) -> dict[str, Any]:
+    """One client process per server, started together; the streams of all, and the
+    longest run."""
+    from .streaming import RUN_TIMEOUT, _ask
+
+    share = len(cookies) // len(ports)
+    children = []
+    for index, port in enumerate(ports):
+        mine = cookies[index * share : (index + 1) * share]
+        spec = {
+            "url": f"ws://127.0.0.1:{port}/ws/answers/",
+            "origin": f"http://127.0.0.1:{port}",
+            "cookies": mine,
+            "messages": [_ask(i) for i in range(len(mine))],
+            "timeout": RUN_TIMEOUT * 2,
+        }
+        child = subprocess.Popen(
+            [sys.executable, "-m", "bench.ws_clients"], cwd=REPO, stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        assert child.stdin is not None
+        child.stdin.write(json.dumps(spec))
+        child.stdin.close()
+        children.append(child)
+    results = []
+    for child in children:
+        assert child.stdout is not None and child.stderr is not None
+        out, err = child.stdout.read(), child.stderr.read()
+        child.wait(timeout=RUN_TIMEOUT * 2 + 30)
+        if child.returncode:
+            raise RuntimeError(f"the WebSocket clients failed:\n{err[-3000:]}")
+        results.append(json.loads(out))
+    return {
+        "seconds": max(r["seconds"] for r in results),
+        "streams": [s for r in results for s in r["streams"]],
+    }
+
+
 def run(dbs: Databases, log: Path, *, full: bool) -> list[Row]:
     # Imported here: the child (``_setup``) loads Django before anything that needs it.
     from .postgres import _database
@@ -92,6 +130,7 @@ def run(dbs: Databases, log: Path, *, full: bool) -> list[Row]:
 
     services.require_redis()
     counts = (50, 200, 500)
+    pair = 2 * max(counts)  # two processes behind one Redis
     cookies = _session_cookies(max(counts))
     dbs.release()
     memory = {"REDIS_URL": "", **LIMITS}
@@ -102,7 +141,7 @@ def run(dbs: Databases, log: Path, *, full: bool) -> list[Row]:
     rows = []
     try:
         with _database() as database_url:
-            pg_cookies = _setup_child(database_url, max(counts))
+            pg_cookies = _setup_child(database_url, pair)
             scaled = {
                 "DATABASE_URL": database_url,
                 "REDIS_URL": services.REDIS_URL,
@@ -113,6 +152,9 @@ def run(dbs: Databases, log: Path, *, full: bool) -> list[Row]:
             with daphne("config.asgi:application", dbs.main, log, env_extra=scaled) as port:
                 print("[bench]   PostgreSQL + Redis", file=sys.stderr, flush=True)
                 stacked = _stack(port, pg_cookies, counts)
+                with daphne("config.asgi:application", dbs.main, log, env_extra=scaled) as other:
+                    print(f"[bench]   two processes, {pair} clients", file=sys.stderr, flush=True)
+                    both = _measure_apart([port, other], pg_cookies[:pair])
     finally:
         services.delete_redis_keys(prefix)
     base_rate = _figures(stacked[counts[0]])[0]
@@ -138,6 +180,17 @@ def run(dbs: Databases, log: Path, *, full: bool) -> list[Row]:
                 Row(SECTION, f"{count} answers, tokens/s against 50", rate, base_rate,
                     "tokens/s", f"{counts[0]} answers, same stack", (">=", 0.9))
             )  # fmt: skip
+    rate, p50, p99, failed = _figures(both)
+    note = f"{failed}/{pair} failed; first token p99 {p99:,.0f} ms"
+    if failed:
+        note += f"; failures: {_why(both)}"
+    rows.append(
+        Row(SECTION, f"two processes, {pair} answers, tokens/s", rate, base_rate, "tokens/s",
+            f"{counts[0]} answers, one process", None, note=note)
+    )  # fmt: skip
+    rows.append(
+        Row(SECTION, f"two processes, {pair} answers, failures", failed, 0, "", "none", None)
+    )
     return rows
 
 
