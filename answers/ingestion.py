@@ -383,6 +383,8 @@ _BLOCK_TAGS = frozenset(
 _CELL_TAGS = frozenset({"td", "th"})
 _HEADING_TAGS = frozenset({"h1", "h2", "h3", "h4", "h5", "h6"})
 _CODE_TAGS = frozenset({"code", "kbd", "samp", "tt"})
+# Inline emphasis kept as Markdown's delimiters.
+_EMPHASIS_TAGS = {"em": "*", "i": "*", "strong": "**", "b": "**"}
 # Site chrome, not content: navigation landmarks, and the navigation bars of the common
 # documentation generators (Texinfo "header"/"nav-panel"/"section-toc", DocBook
 # "navheader"/"navfooter", Sphinx "related"/"sphinxsidebar"/"footer", Doxygen "navpath").
@@ -473,6 +475,7 @@ def _extract_html(data: bytes) -> tuple[str | None, str]:
     # The body is Markdown (ADR 0026): headings as "#", <pre> fenced, inline code in
     # backticks, and text escaped where Markdown would misread it.
     code_starts: list[int] = []
+    emphasis_starts: list[int] = []
 
     def flush() -> None:
         text = "".join(buffer)
@@ -525,10 +528,25 @@ def _extract_html(data: bytes) -> tuple[str | None, str]:
                 buffer.append("#" * int(name[1]) + " ")
             if name in _CODE_TAGS and not pre_depth:
                 code_starts.append(len(buffer))
+            if name in _EMPHASIS_TAGS and not pre_depth and not code_starts:
+                emphasis_starts.append(len(buffer))
             stack.append((node, False))
             add_text(node.text)
             stack.extend((child, True) for child in reversed(node))
         else:
+            if name in _EMPHASIS_TAGS and not pre_depth and not code_starts and emphasis_starts:
+                start = emphasis_starts.pop()
+                inner = "".join(buffer[start:])
+                words = inner.strip()
+                # Words holding a delimiter, an escape or a code span could pair with the
+                # marks (their escapes depend on context): those stay plain words.
+                plain = not words or any(mark in words for mark in "*_\\`")
+                if not plain and _LINE_BREAK not in inner and _CELL_END not in inner:
+                    # Spaces stay outside the delimiters, or they would not emphasize.
+                    mark = _EMPHASIS_TAGS[name]
+                    lead = inner[: len(inner) - len(inner.lstrip())]
+                    trail = inner[len(inner.rstrip()) :]
+                    buffer[start:] = [f"{lead}{mark}{words}{mark}{trail}"]
             if name in _CODE_TAGS and not pre_depth and code_starts:
                 start = code_starts.pop()
                 code = "".join(buffer[start:])

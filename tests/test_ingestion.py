@@ -209,7 +209,7 @@ def test_html_extraction(tmp_path: Path) -> None:
     doc = extract_file(write(tmp_path / "page.html", HTML))
     assert doc.title == "The Page"
     assert doc.body == (
-        "# Heading\n\nFirst bold paragraph spanning lines.\n\nSecond block & more\n\n"
+        "# Heading\n\nFirst **bold** paragraph spanning lines.\n\nSecond block & more\n\n"
         "one\n\ntwo\n\nline\nbreak\n\nA | B\n\n1 | 2\n\n```\n  indented\n    code\n```"
     )
     for dropped in ("secret", "alert", "color", "comment", "Enable JS", "template", "hidden"):

@@ -277,3 +277,20 @@ def test_a_definition_question_opens_with_the_defining_sentence() -> None:
     )
     text = _answer("What is a lambda expression?", passage)
     assert text.startswith("A lambda expression is a way")
+
+
+def test_html_emphasis_is_kept_as_markdown_emphasis() -> None:
+    page = b"<p>This is <em>very</em> <strong>bold </strong>and <i>*odd*</i>, <b></b>end.</p>"
+    body = extract_text(data=page, suffix=".html", fallback_title="f").body
+    assert body == "This is *very* **bold** and \\*odd\\*, end."  # *odd* stays words
+    html_out = render_answer_html(body, anchor_prefix="t", source_count=0)
+    assert "<em>very</em>" in html_out and "<strong>bold</strong>" in html_out
+    assert rendered_text(body) == "This is very bold and *odd*, end."
+
+
+@given(st.text(alphabet="ab1 `*_\\[]<>&", min_size=1, max_size=40))
+@settings(max_examples=1000, deadline=None)
+def test_html_emphasis_renders_its_words_as_written(text: str) -> None:
+    page = f"<p>x <em>{html.escape(text)}</em> y</p>".encode()
+    body = extract_text(data=page, suffix=".html", fallback_title="f").body
+    assert rendered_text(body) == " ".join(f"x {text} y".split())
