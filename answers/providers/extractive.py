@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import string
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
@@ -240,8 +241,35 @@ def inline_markdown(sentence: str) -> str:
         for token in parse_markdown(sentence, {})
         if token.type == "inline"
     ]
-    text = _WHITESPACE.sub(" ", " ".join(pieces)).strip()
-    return _BLOCK_START.sub(_escape_block_start, text)
+    text = _BLOCK_START.sub(_escape_block_start, _WHITESPACE.sub(" ", " ".join(pieces)).strip())
+    wanted = _visible_text(sentence)
+    if _visible_text(text) != wanted:
+        # Delimiters the write-back paired differently (``**1*<**``): the words alone,
+        # every ASCII punctuation escaped, which CommonMark always reads as itself.
+        text = _BLOCK_START.sub(_escape_block_start, _escape_every_punctuation(wanted))
+    return text
+
+
+def _visible_text(markdown: str) -> str:
+    """The words a reader sees of inline Markdown, on one line (markup and links' targets
+    left out)."""
+    out: list[str] = []
+
+    def walk(tokens: list[Token]) -> None:
+        for token in tokens:
+            if token.type in ("text", "code_inline", "html_inline", "citation"):
+                out.append(token.content)
+            elif token.type in ("softbreak", "hardbreak"):
+                out.append(" ")
+            elif token.children:
+                walk(token.children)
+
+    walk([token for token in parse_markdown(markdown, {}) if token.type == "inline"])
+    return _WHITESPACE.sub(" ", "".join(out)).strip()
+
+
+def _escape_every_punctuation(text: str) -> str:
+    return "".join("\\" + char if char in string.punctuation else char for char in text)
 
 
 def _escape_block_start(match: re.Match[str]) -> str:
