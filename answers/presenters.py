@@ -9,12 +9,11 @@ from collections.abc import Iterable
 from urllib.parse import urlsplit
 
 from django.urls import reverse
-from markdown_it import MarkdownIt
 
 from . import selectors
 from .conf import answers_settings
 from .models import Answer, RetrievedSource
-from .rendering import render_answer_html, safe_url, source_anchor
+from .rendering import render_answer_html, safe_url, source_anchor, visible_text
 from .selectors import AnyUser
 from .types import AnswerPayload, NumberedSource, Reference
 
@@ -44,31 +43,13 @@ def excerpt_of(texts: Iterable[str]) -> str:
 
 _BLANK_RUN = re.compile(r"\n{3,}")
 SNIPPET_CHARS = 160
-# Plain CommonMark, for reading a passage's words (no marker rule: nothing is rendered).
-_WORDS = MarkdownIt("commonmark", {"html": False})
-
-
-def _prose_words(excerpt: str) -> str:
-    """The words of the excerpt's paragraphs and list items, as text: headings (the title
-    again, mostly), code blocks and tables are left to the full passage."""
-    words: list[str] = []
-    tokens = _WORDS.parse(excerpt)
-    for previous, token in zip([None, *tokens], tokens, strict=False):
-        if token.type != "inline" or (previous is not None and previous.type == "heading_open"):
-            continue
-        for child in token.children or []:
-            if child.type in ("text", "code_inline"):
-                words.append(child.content)
-            elif child.type in ("softbreak", "hardbreak"):
-                words.append(" ")
-        words.append(" ")
-    return " ".join("".join(words).split())
 
 
 def snippet_of(excerpt: str) -> str:
     """The first words of an excerpt's prose on one line: a source card's summary and a
     citation's preview (plain text; the full excerpt is rendered beside it)."""
-    flat = _prose_words(excerpt) or " ".join(excerpt.split())
+    # Headings are the title again, mostly; code and tables are left to the full passage.
+    flat = visible_text(excerpt, headings=False) or " ".join(excerpt.split())
     if len(flat) <= SNIPPET_CHARS:
         return flat
     return flat[:SNIPPET_CHARS].rsplit(" ", 1)[0] + " …"

@@ -23,7 +23,7 @@ from pygments.lexer import Lexer
 from pygments.lexers import PythonConsoleLexer, get_lexer_by_name
 from pygments.util import ClassNotFound
 
-from .citations import ENV_KEY, RenderCollector, markdown_parser
+from .citations import ENV_KEY, RenderCollector, markdown_parser, parse_markdown
 
 ALLOWED_TAGS = {
     "a", "p", "br", "hr", "em", "strong", "del", "code", "pre", "blockquote", "ul", "ol",
@@ -164,3 +164,29 @@ def render_passage_html(text: str) -> str:
     """Safe HTML for a document's own text (an excerpt, a chunk): Markdown like an answer's,
     but no marker in it is a citation (it is the document's, not this answer's)."""
     return render_answer_html(text, anchor_prefix="", source_count=0)
+
+
+def visible_text(markdown: str, *, headings: bool = True) -> str:
+    """The words a reader sees of ``markdown``'s paragraphs, list items (and headings,
+    unless ``headings=False``), on one line: markup, link targets and code blocks left
+    out. Parsed as answers are, so a marker reads as the text it is."""
+    out: list[str] = []
+
+    def walk(tokens: Sequence[Token]) -> None:
+        for token in tokens:
+            if token.type in ("text", "code_inline", "html_inline", "citation"):
+                out.append(token.content)
+            elif token.type in ("softbreak", "hardbreak"):
+                out.append(" ")
+            elif token.children:
+                walk(token.children)
+
+    tokens = parse_markdown(markdown, {})
+    for previous, token in zip([None, *tokens], tokens, strict=False):
+        if token.type != "inline":
+            continue
+        if not headings and previous is not None and previous.type == "heading_open":
+            continue
+        walk(token.children or [])
+        out.append(" ")
+    return " ".join("".join(out).split())

@@ -25,6 +25,7 @@ from ..citations import parse_markdown
 from ..conf import answers_settings
 from ..markup import code_span
 from ..prompt import MARKER_BREAK, Prompt
+from ..rendering import visible_text
 from ..search.base import query_terms
 from ..support import FUNCTION_WORDS
 
@@ -242,30 +243,12 @@ def inline_markdown(sentence: str) -> str:
         if token.type == "inline"
     ]
     text = _BLOCK_START.sub(_escape_block_start, _WHITESPACE.sub(" ", " ".join(pieces)).strip())
-    wanted = _visible_text(sentence)
-    if _visible_text(text) != wanted:
+    wanted = visible_text(sentence)
+    if visible_text(text) != wanted:
         # Delimiters the write-back paired differently (``**1*<**``): the words alone,
         # every ASCII punctuation escaped, which CommonMark always reads as itself.
         text = _BLOCK_START.sub(_escape_block_start, _escape_every_punctuation(wanted))
     return text
-
-
-def _visible_text(markdown: str) -> str:
-    """The words a reader sees of inline Markdown, on one line (markup and links' targets
-    left out)."""
-    out: list[str] = []
-
-    def walk(tokens: list[Token]) -> None:
-        for token in tokens:
-            if token.type in ("text", "code_inline", "html_inline", "citation"):
-                out.append(token.content)
-            elif token.type in ("softbreak", "hardbreak"):
-                out.append(" ")
-            elif token.children:
-                walk(token.children)
-
-    walk([token for token in parse_markdown(markdown, {}) if token.type == "inline"])
-    return _WHITESPACE.sub(" ", "".join(out)).strip()
 
 
 def _escape_every_punctuation(text: str) -> str:
