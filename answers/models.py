@@ -9,6 +9,8 @@ from django.urls import reverse
 
 
 class Document(models.Model):
+    """A document of the corpus: its text, where it came from and who may view it."""
+
     class Access(models.TextChoices):
         EVERYONE = "everyone", "Everyone who may ask"
         GROUPS = "groups", "Members of the chosen groups"
@@ -46,6 +48,8 @@ class Document(models.Model):
 
 
 class Chunk(models.Model):
+    """A passage of a document, as the search index holds it."""
+
     document = models.ForeignKey(Document, on_delete=models.CASCADE, related_name="chunks")
     ordinal = models.PositiveIntegerField()
     text = models.TextField()
@@ -67,6 +71,8 @@ class Chunk(models.Model):
 
 
 class Conversation(models.Model):
+    """One user's questions in order; a follow-up is asked within one."""
+
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="answer_conversations"
@@ -81,6 +87,8 @@ class Conversation(models.Model):
 
 
 class Question(models.Model):
+    """A question as it was asked, and what retrieval did with it."""
+
     conversation = models.ForeignKey(
         Conversation, on_delete=models.CASCADE, related_name="questions"
     )
@@ -173,6 +181,8 @@ class RetrievedSource(models.Model):
 
 
 class Answer(models.Model):
+    """The answer to one question: its text as generated and as finalized, how it ended."""
+
     class Status(models.TextChoices):
         """Streaming until the stream ends; then how it ended."""
 
@@ -245,6 +255,8 @@ class Citation(models.Model):
 
 
 class Feedback(models.Model):
+    """One user's rating of an answer (one per user and answer), with a comment."""
+
     class Rating(models.TextChoices):
         UP = "up", "Helpful"
         DOWN = "down", "Not helpful"
@@ -270,6 +282,8 @@ class Feedback(models.Model):
 
 
 class ApiToken(models.Model):
+    """A bearer token for the REST API; only its hash is stored."""
+
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="answer_api_tokens"
     )

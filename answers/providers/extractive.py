@@ -55,42 +55,43 @@ _NEUTRALIZED = re.compile(rf"[{_OPENERS}]{MARKER_BREAK}[^\]\uff3d\u3011\n]*[\]\u
 _FOOTNOTE = re.compile(
     rf"(?:^|\s+){_NEUTRALIZED.pattern}(?=$|[\s.,;:)])(?!\s+[a-z])|^{_NEUTRALIZED.pattern}\s*"
 )
-# Kinds of question and the words of a sentence that answer that kind (tuned on dev).
-_KINDS: tuple[tuple[str, re.Pattern[str], re.Pattern[str]], ...] = (
-    (
-        "difference",
-        re.compile(r"\b(?:difference|differ|differs|versus|vs|compared?|distinguish)\b", re.I),
-        re.compile(r"\b(?:unlike|whereas|while|but|instead|differ\w*|both|only|not)\b", re.I),
+
+
+def _any_word(alternatives: str) -> re.Pattern[str]:
+    return re.compile(rf"\b(?:{alternatives})\b", re.I)
+
+
+# Kinds of question (the first pattern asks it) and what in a sentence answers that kind
+# (the second earns the bonus); in order, the first kind asked wins (tuned on dev).
+_KINDS: dict[str, tuple[re.Pattern[str], re.Pattern[str]]] = {
+    "difference": (
+        _any_word("difference|differ|differs|versus|vs|compared?|distinguish"),
+        _any_word(r"unlike|whereas|while|but|instead|differ\w*|both|only|not"),
     ),
-    (
-        "when",
+    "when": (
         re.compile(r"^\s*when\b|\bat what (?:point|time)\b|\bhow (?:soon|late)\b", re.I),
-        re.compile(
-            r"\b(?:when|whenever|before|after|until|once|time|during|runtime|executed|"
-            r"evaluated|called)\b",
-            re.I,
+        _any_word(
+            "when|whenever|before|after|until|once|time|during|runtime|executed|evaluated|called"
         ),
     ),
-    (
-        "why",
+    "why": (
         re.compile(r"^\s*why\b", re.I),
-        re.compile(r"\b(?:because|so that|since|therefore|this means|in order to|avoid)\b", re.I),
+        _any_word("because|so that|since|therefore|this means|in order to|avoid"),
     ),
-    (
-        "definition",
+    "definition": (
         re.compile(r"^\s*(?:what|who)\s+(?:is|are|does|do)\b|\bwhat\b.*\bmean\b", re.I),
+        # "X is ...", "the X returns ...": the subject within five words, then its verb.
         re.compile(
             r"^(?:(?:the|a|an)\s+)?(?:\S+\s+){0,4}?(?:is|are|means|yields|returns|"
             r"evaluates to|refers to|denotes)\b",
             re.I,
         ),
     ),
-    (
-        "how",
+    "how": (
         re.compile(r"^\s*how\b", re.I),
-        re.compile(r"\b(?:by|using|use|call|called|with|when|if|first|then)\b", re.I),
+        _any_word("by|using|use|call|called|with|when|if|first|then"),
     ),
-)
+}
 _KIND_BONUS = 0.5
 _ANNOUNCES = 0.5
 # Below this share of the question's words in the best sentence, the sources only touch
@@ -270,7 +271,7 @@ class _Candidate:
 
 
 def _kind_of(question: str) -> re.Pattern[str] | None:
-    for _, asks, answers in _KINDS:
+    for asks, answers in _KINDS.values():
         if asks.search(question):
             return answers
     return None
