@@ -36,11 +36,11 @@ class EvaluationError(Exception):
 class EvalQuestion:
     """One question of a set: where it was read, and the documents that answer it."""
 
-    file: str
-    line: int
     question: str
     expect: tuple[str, ...]
     expect_ids: frozenset[int]
+    file: str
+    line: int
 
 
 @dataclass(frozen=True)

@@ -254,33 +254,6 @@ class Citation(models.Model):
         return f"[{self.number}] {self.claim[:60]}"
 
 
-class Feedback(models.Model):
-    """One user's rating of an answer (one per user and answer), with a comment."""
-
-    class Rating(models.TextChoices):
-        UP = "up", "Helpful"
-        DOWN = "down", "Not helpful"
-
-    answer = models.ForeignKey(Answer, on_delete=models.CASCADE, related_name="feedback")
-    user = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="answer_feedback"
-    )
-    rating = models.CharField(max_length=8, choices=Rating.choices)
-    comment = models.TextField(blank=True, max_length=4000)
-    created_at = models.DateTimeField(auto_now_add=True)
-    updated_at = models.DateTimeField(auto_now=True)
-
-    class Meta:
-        ordering = ["-created_at"]
-        constraints = [
-            models.UniqueConstraint(fields=["answer", "user"], name="answers_feedback_once")
-        ]
-        verbose_name_plural = "feedback"
-
-    def __str__(self) -> str:
-        return f"{self.rating} on {self.answer_id}"
-
-
 class ApiToken(models.Model):
     """A bearer token for the REST API; only its hash is stored."""
 
@@ -306,3 +279,30 @@ class ApiToken(models.Model):
     @property
     def is_active(self) -> bool:
         return self.revoked_at is None
+
+
+class Feedback(models.Model):
+    """One user's rating of an answer (one per user and answer), with a comment."""
+
+    class Rating(models.TextChoices):
+        UP = "up", "Helpful"
+        DOWN = "down", "Not helpful"
+
+    answer = models.ForeignKey(Answer, on_delete=models.CASCADE, related_name="feedback")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="answer_feedback"
+    )
+    rating = models.CharField(max_length=8, choices=Rating.choices)
+    comment = models.TextField(blank=True, max_length=4000)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(fields=["answer", "user"], name="answers_feedback_once")
+        ]
+        verbose_name_plural = "feedback"
+
+    def __str__(self) -> str:
+        return f"{self.rating} on {self.answer_id}"

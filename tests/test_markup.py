@@ -188,12 +188,16 @@ def test_html_is_stored_as_markdown() -> None:
     )
 
 
+def assert_html_renders_as_written(*, text: str, element: str) -> None:
+    page = f"<p>x {element.format(html.escape(text))} y</p>".encode()
+    body = extract_text(data=page, suffix=".html", fallback_title="f").body
+    assert rendered_text(body) == " ".join(f"x {text} y".split())
+
+
 @given(st.text(alphabet="ab1 `*_\\[]()<>&!~#|-.;", min_size=1, max_size=60))
 @settings(max_examples=300, deadline=None)
 def test_html_text_renders_as_written(text: str) -> None:
-    page = f"<p>x {html.escape(text)} y</p>".encode()
-    body = extract_text(data=page, suffix=".html", fallback_title="f").body
-    assert rendered_text(body) == " ".join(f"x {text} y".split())
+    assert_html_renders_as_written(text=text, element="{}")
 
 
 # --- Quoting a sentence ----------------------------------------------------------------
@@ -291,6 +295,4 @@ def test_html_emphasis_is_kept_as_markdown_emphasis() -> None:
 @given(st.text(alphabet="ab1 `*_\\[]<>&", min_size=1, max_size=40))
 @settings(max_examples=300, deadline=None)
 def test_html_emphasis_renders_its_words_as_written(text: str) -> None:
-    page = f"<p>x <em>{html.escape(text)}</em> y</p>".encode()
-    body = extract_text(data=page, suffix=".html", fallback_title="f").body
-    assert rendered_text(body) == " ".join(f"x {text} y".split())
+    assert_html_renders_as_written(text=text, element="<em>{}</em>")
