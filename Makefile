@@ -57,7 +57,7 @@ eval: $(VENV)/.installed
 	  --answers --support-labels eval/support.jsonl $(EVAL_ARGS)
 
 bench: $(VENV)/.installed-dev
-	$(BIN)/python -m bench
+	$(BIN)/python -m bench $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -1,6 +1,9 @@
 """``python -m bench``: run every section, print the table, write bench/results/latest.json.
 
-Quick by default (under 4 minutes on 2 cores); ``BENCH_FULL=1`` adds the large sizes.
+Quick by default (about 12 minutes on 2 cores); ``BENCH_FULL=1`` adds the large sizes.
+``python -m bench relay streaming`` (or ``make bench BENCH_ARGS="relay streaming"``) runs
+only the sections whose name holds one of the words (the demo corpus is ingested whenever a
+later section needs it).
 A section that breaks is reported and skipped: benchmarks print figures, they never fail.
 Sections 7 (Redis part), 8, 9 (its PostgreSQL part) and 11 use the local Redis and
 PostgreSQL (``bench.services``); without them they say why on stderr and are skipped.
@@ -35,8 +38,9 @@ def _environment(folder: Path) -> Path:
     return database
 
 
-def main() -> int:
+def main(argv: list[str]) -> int:
     started = time.perf_counter()
+    wanted = [word.lower() for word in argv]
     folder = Path(tempfile.mkdtemp(prefix="cited-answers-bench-"))
     try:
         database = _environment(folder)
@@ -63,7 +67,9 @@ def main() -> int:
         rows: list[Row] = []
         skipped: list[str] = []
 
-        def section(name: str, run: Callable[[], list[Row]]) -> None:
+        def section(name: str, run: Callable[[], list[Row]], *, needed: bool = False) -> None:
+            if wanted and not needed and not any(word in name for word in wanted):
+                return
             print(f"[bench] {name} ...", file=sys.stderr, flush=True)
             start = time.perf_counter()
             try:
@@ -80,7 +86,7 @@ def main() -> int:
         dbs.migrate()
         section("citation rules", lambda: citation_rules.run(full=FULL))
         # The main database ends up holding the demo corpus, for sections 2a, 3, 4 and 6.
-        section("ingest demo corpus", lambda: ingest.demo_corpus(dbs))
+        section("ingest demo corpus", lambda: ingest.demo_corpus(dbs), needed=True)
         section("hit@5", retrieval.hit_at_5)
         section("queries per answer", pipeline.queries_per_answer)
         section("time to references", pipeline.time_to_references)
@@ -135,4 +141,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))
