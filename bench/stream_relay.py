@@ -10,7 +10,11 @@ event a client gets (generation, citation rules and storing the answer included)
   it without ``REDIS_URL``);
 - the same with two followers (a second tab);
 - one follower on channels-redis and Django's RedisCache on the local Redis, configured
-  as config/settings.py does for ``REDIS_URL`` (a unique prefix, deleted afterwards);
+  as config/settings.py does for ``REDIS_URL`` (a unique prefix, deleted afterwards): the
+  follower in the generating process reads its events from memory, the log goes to Redis;
+- the same with the follower elsewhere: it subscribes before generation starts, so it
+  follows through the layer as a follower in another process does (every event a log
+  write, a group send and a receive on Redis);
 - ``CONCURRENT`` shorter answers at once, one follower each, in-memory and locmem: the
   share of events that reach their follower (the log must hold every answer at once);
 - and the baseline's linearity: its cost per event at ``LONG_DELTAS`` against ``DELTAS``.
@@ -39,6 +43,7 @@ from django.test.utils import override_settings
 
 from answers import pipeline, streams
 from answers.conf import answers_settings
+from answers.streams.log import stream_is_followed
 
 from . import services
 from .pipeline import NO_LIMITS, asker
@@ -125,11 +130,28 @@ async def _one_relayed(user: User, followers: int) -> list[tuple[list[streams.St
     return await asyncio.gather(*(_follow(run.answer.pk, user) for _ in range(followers)))
 
 
-async def _relayed(user: User, events: int, followers: int = 1, answers: int = 1) -> Outcome:
+async def _one_relayed_elsewhere(user: User) -> list[tuple[list[streams.StreamEvent], float]]:
+    run = await pipeline.start_answer(user=user, question=QUESTION)
+    # Not generated here yet, so the follower takes the layer's path; generation starts
+    # once it has said it listens, so every event goes through the layer.
+    follower = asyncio.create_task(_follow(run.answer.pk, user))
+    while not await stream_is_followed(streams.stream_name(run.answer)):
+        await asyncio.sleep(0.001)
+    await streams.answer_stream_start(run=run)
+    return [await follower]
+
+
+async def _relayed(
+    user: User, events: int, followers: int = 1, answers: int = 1, elsewhere: bool = False
+) -> Outcome:
     """``events``: how many each answer publishes (the direct run's count: the provider is
     deterministic, and answers.streams relays the pipeline's events one for one)."""
     start = time.perf_counter()
-    per_answer = await asyncio.gather(*(_one_relayed(user, followers) for _ in range(answers)))
+
+    def one() -> Awaitable[list[tuple[list[streams.StreamEvent], float]]]:
+        return _one_relayed_elsewhere(user) if elsewhere else _one_relayed(user, followers)
+
+    per_answer = await asyncio.gather(*(one() for _ in range(answers)))
     results = [result for answer in per_answer for result in answer]
     elapsed = max(end for _, end in results) - start
     await streams.answer_streams_wait(timeout=30)
@@ -273,9 +295,10 @@ def _case(
     cache: dict[str, Any],
     followers: int,
     base: Outcome,
+    elsewhere: bool = False,
 ) -> list[Row]:
     with override_settings(ANSWERS=_answers(), CHANNEL_LAYERS=layers, CACHES=cache):
-        outcome = _best(lambda: _relayed(user, base.events, followers))
+        outcome = _best(lambda: _relayed(user, base.events, followers, elsewhere=elsewhere))
         parts = _parts_note(async_to_sync(_parts)()) if followers == 1 else ""
         if isinstance(caches["default"], LocMemCache):
             caches["default"].clear()  # the next case starts with an empty log (never Redis)
@@ -295,6 +318,10 @@ def run() -> list[Row]:
         try:
             layers, cache = services.layer_and_cache_settings(services.REDIS_URL, prefix)
             rows += _case("channels-redis + RedisCache, 1 follower", user, layers, cache, 1, base)
+            rows += _case(
+                "channels-redis + RedisCache, 1 follower elsewhere (through the layer)",
+                user, layers, cache, 1, base, elsewhere=True,
+            )  # fmt: skip
         finally:
             services.delete_redis_keys(prefix)
     except services.Unavailable as exc:

@@ -127,11 +127,18 @@ class Publisher:
         # Written as a dict where it leaves the process: the log and the layer outlive
         # this code version (a rolling deploy) and Redis carries msgpack.
         entry = numbered.to_dict()
-        await log_write(self.stream, entry)
-        self.local.add(numbered)
         if await self._publish_to_layer(numbered):
+            # The log write and the send in parallel (two round trips at once): a follower
+            # that misses this event on the layer finds it in the log before the next one
+            # is sent, which is all its gap check needs.
             message = {"type": "answer.event", "event": entry}
-            await layer().group_send(answer_group(self.stream), message)
+            await asyncio.gather(
+                log_write(self.stream, entry),
+                layer().group_send(answer_group(self.stream), message),
+            )
+        else:
+            await log_write(self.stream, entry)
+        self.local.add(numbered)
         self.finished = numbered.terminal
 
 
