@@ -40,6 +40,9 @@ lint: $(VENV)/.installed-dev
 typecheck: $(VENV)/.installed-dev
 	$(BIN)/mypy answers
 
+# One worker per core (at most four: each runs its own live servers and browser), each on a
+# test database of its own; PYTEST_ARGS= runs in one process.
+PYTEST_ARGS ?= -n auto --maxprocesses 4
 pytest: $(VENV)/.installed-dev
 	$(BIN)/pytest $(PYTEST_ARGS)
 

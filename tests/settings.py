@@ -41,6 +41,9 @@ else:
 
 if REDIS_URL:  # noqa: F405
     # Test runs (and their live servers) on one Redis must not read each other's streams.
-    _run = str(DATABASES["default"]["TEST"]["NAME"]).replace("/", "_")  # noqa: F405
+    # pytest-xdist's workers each get a database of their own (pytest-django adds the
+    # worker's name to it), and here a prefix of their own.
+    _worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    _run = str(DATABASES["default"]["TEST"]["NAME"]).replace("/", "_") + _worker  # noqa: F405
     CACHES["default"]["KEY_PREFIX"] = f"answers-test-{_run}"  # noqa: F405
     CHANNEL_LAYERS["default"]["CONFIG"]["prefix"] = f"answers-test-{_run}"  # noqa: F405
