@@ -182,7 +182,7 @@ async def test_stop_sent_while_the_question_is_prepared_is_not_lost(corpus, aske
 
 async def _log(answer: Answer, seq: int, kind: str, **data: object) -> dict:
     entry = {"seq": seq, "type": kind, **data}
-    await stream_log.log_write(stream_log.stream_name(answer), entry)
+    await stream_log.log_write(stream_log.stream_name(answer), [entry])
     return entry
 
 
@@ -318,3 +318,30 @@ async def test_once_a_follower_elsewhere_says_so_the_events_go_to_the_layer(
     await stream_log.stream_mark_followed(stream_log.stream_name(run.answer))
     events = [e async for e in await streams.answer_stream_ask(run=run)]
     assert [e["seq"] for e in answer_group_sends] == [e.seq for e in events]
+
+
+@pytest.mark.skipif(not settings.REDIS_URL, reason="the log is batched only in a shared cache")
+async def test_a_log_in_redis_is_written_in_batches_and_replays_every_event(
+    corpus, asker, scripted, monkeypatch
+):
+    from django.core.cache import caches
+
+    from answers.conf import answers_settings
+
+    cache = caches[str(answers_settings.STREAM_CACHE)]
+    writes: list[int] = []
+    set_many = cache.set_many
+
+    def counting(data, *args, **kwargs):  # type: ignore[no-untyped-def]
+        writes.append(len(data))
+        return set_many(data, *args, **kwargs)
+
+    monkeypatch.setattr(cache, "set_many", counting)
+    scripted.script = [f"Word{i} " for i in range(60)] + ["[1]."]
+    run = await pipeline.start_answer(user=asker, question=QUESTION)
+    events = [e async for e in await streams.answer_stream_ask(run=run)]
+    # Fewer writes than events (the provider is fast: whole batches), the last one included.
+    assert len(writes) < len(events) / 4
+    replayed = await stream_log.log_read(stream_log.stream_name(run.answer), 0, None)
+    assert replayed is not None
+    assert [e.to_dict() for e in replayed] == [e.to_dict() for e in events]

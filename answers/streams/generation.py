@@ -25,6 +25,7 @@ from .log import (
     end_receive,
     layer,
     layer_is_shared,
+    log_is_local,
     log_write,
     stream_is_followed,
     stream_name,
@@ -46,6 +47,11 @@ logger = logging.getLogger("answers.streams")
 # How often a generation with no follower elsewhere asks whether one has come (a
 # follower that comes in between reads those events from the log).
 FOLLOWED_CHECK_SECONDS = 0.5
+# A log in Redis is written in batches: at most this many events or this long after the
+# oldest unwritten one, and always before an event goes to the layer and with the last
+# one (so a follower's gap check and a late replay find what they need).
+LOG_BATCH_EVENTS = 32
+LOG_BATCH_SECONDS = 0.2
 
 # Generations running in this process, by answer id (a strong reference keeps each task
 # alive after the socket that asked has gone).
@@ -107,6 +113,10 @@ class Publisher:
         # to the layer), and when that was last asked.
         self.followed_elsewhere = False
         self.asked_at = -math.inf
+        # Events not yet in the log, and when the oldest of them was published.
+        self.unlogged: list[dict[str, Any]] = []
+        self.unlogged_since = 0.0
+        self.log_in_memory = log_is_local()
 
     async def _publish_to_layer(self, numbered: StreamEvent) -> bool:
         """Whether this event goes to the layer: once a follower elsewhere has said so
@@ -121,23 +131,36 @@ class Publisher:
             self.followed_elsewhere = await stream_is_followed(self.stream)
         return self.followed_elsewhere
 
+    def _log_due(self, numbered: StreamEvent, *, to_layer: bool) -> bool:
+        if self.log_in_memory or to_layer or numbered.terminal:
+            return True
+        return (
+            len(self.unlogged) >= LOG_BATCH_EVENTS
+            or time.monotonic() - self.unlogged_since >= LOG_BATCH_SECONDS
+        )
+
     async def publish(self, event: Event) -> None:
         self.seq += 1
         numbered = StreamEvent(seq=self.seq, event=event)
         # Written as a dict where it leaves the process: the log and the layer outlive
         # this code version (a rolling deploy) and Redis carries msgpack.
         entry = numbered.to_dict()
-        if await self._publish_to_layer(numbered):
+        if not self.unlogged:
+            self.unlogged_since = time.monotonic()
+        self.unlogged.append(entry)
+        to_layer = await self._publish_to_layer(numbered)
+        writes = []
+        if self._log_due(numbered, to_layer=to_layer):
+            writes.append(log_write(self.stream, self.unlogged))
+            self.unlogged = []
+        if to_layer:
             # The log write and the send in parallel (two round trips at once): a follower
             # that misses this event on the layer finds it in the log before the next one
             # is sent, which is all its gap check needs.
             message = {"type": "answer.event", "event": entry}
-            await asyncio.gather(
-                log_write(self.stream, entry),
-                layer().group_send(answer_group(self.stream), message),
-            )
-        else:
-            await log_write(self.stream, entry)
+            writes.append(layer().group_send(answer_group(self.stream), message))
+        if writes:
+            await asyncio.gather(*writes)
         self.local.add(numbered)
         self.finished = numbered.terminal
 

@@ -55,11 +55,12 @@ def layer_is_shared() -> bool:
 # The cache's own async methods run on the one thread Django's ORM shares; the log must
 # not queue behind database work, and both the Redis and the local-memory cache are
 # thread-safe.
-def _log_write_sync(stream: str, entry: dict[str, Any]) -> None:
-    _cache().set_many(
-        {log_key(stream, entry["seq"]): entry, log_key(stream, "last"): entry["seq"]},
-        timeout=int(answers_settings.STREAM_LOG_TTL),
-    )
+def _log_write_sync(stream: str, entries: list[dict[str, Any]]) -> None:
+    # The events and the last seq in one call (one round trip, a MULTI on Redis): a
+    # reader never sees a "last" whose events are not there yet.
+    logged: dict[str, Any] = {log_key(stream, entry["seq"]): entry for entry in entries}
+    logged[log_key(stream, "last")] = entries[-1]["seq"]
+    _cache().set_many(logged, timeout=int(answers_settings.STREAM_LOG_TTL))
 
 
 def _log_read_sync(stream: str, after: int, upto: int | None) -> list[StreamEvent] | None:
@@ -85,11 +86,17 @@ def _log_is_local() -> bool:
     return isinstance(_cache(), LocMemCache)
 
 
-async def log_write(stream: str, entry: dict[str, Any]) -> None:
+def log_is_local() -> bool:
+    """Whether the log lives in this process's memory (writing it costs microseconds)."""
+    return _log_is_local()
+
+
+async def log_write(stream: str, entries: list[dict[str, Any]]) -> None:
+    """Append ``entries`` (consecutive events, in order) to ``stream``'s log."""
     if _log_is_local():
-        _log_write_sync(stream, entry)
+        _log_write_sync(stream, entries)
     else:
-        await _log_write_elsewhere(stream, entry)
+        await _log_write_elsewhere(stream, entries)
 
 
 async def log_read(stream: str, after: int, upto: int | None) -> list[StreamEvent] | None:
