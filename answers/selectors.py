@@ -98,7 +98,13 @@ def candidates_for_hits(*, hits: Iterable[tuple[int, float]]) -> list[Candidate]
     """Candidates for ``(chunk_id, score)`` hits, best first; two queries."""
     hit_list = list(hits)
     chunks = Chunk.objects.select_related("document").only(
-        "id", "ordinal", "text", "document__id", "document__title", "document__url"
+        "id",
+        "ordinal",
+        "text",
+        "document__id",
+        "document__title",
+        "document__url",
+        "document__access",
     )
     by_id = {chunk.pk: chunk for chunk in chunks.filter(pk__in=[c for c, _ in hit_list])}
     # Each candidate document's size in chunks (answers.ranking): one grouped count over
@@ -125,6 +131,7 @@ def candidates_for_hits(*, hits: Iterable[tuple[int, float]]) -> list[Candidate]
                 rank=len(candidates) + 1,
                 score=score,
                 document_chunks=sizes.get(chunk.document.pk, 1),
+                document_public=chunk.document.access == Document.Access.EVERYONE,
             )
         )
     return candidates

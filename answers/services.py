@@ -8,10 +8,21 @@ import secrets
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.contrib.auth.models import Group, User
-from django.db import IntegrityError, transaction
-from django.db.models import BooleanField, Case, CharField, F, IntegerField, Max, Value, When
+from django.db import IntegrityError, connection, transaction
+from django.db.models import (
+    BooleanField,
+    Case,
+    CharField,
+    F,
+    IntegerField,
+    Max,
+    QuerySet,
+    Value,
+    When,
+)
 from django.utils import timezone
 
 from .citations import FinalizedCitations, finalize_citations, strip_out_of_range_markers
@@ -91,6 +102,20 @@ def _asker_lock(*, user: User) -> None:
     User.objects.filter(pk=user.pk).update(last_login=F("last_login"))
 
 
+def _counts(**querysets: QuerySet[Any]) -> dict[str, int]:
+    """Each queryset's row count, in one query (one round trip for both limits)."""
+    parts: list[str] = []
+    params: list[Any] = []
+    for queryset in querysets.values():
+        sql, part_params = queryset.order_by().values("pk").query.sql_with_params()
+        parts.append(f"(SELECT COUNT(*) FROM ({sql}) AS counted)")  # noqa: S608 (ORM's SQL)
+        params.extend(part_params)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT " + ", ".join(parts), params)
+        row = cursor.fetchone()
+    return {name: int(count) for name, count in zip(querysets, row, strict=True)}
+
+
 def question_check_limits(*, user: User) -> None:
     """Per-user limits, counted in the database so every process agrees.
 
@@ -100,7 +125,13 @@ def question_check_limits(*, user: User) -> None:
     now = timezone.now()
     recent = Question.objects.filter(user=user, created_at__gte=now - timedelta(minutes=1))
     per_minute = int(answers_settings.QUESTIONS_PER_MINUTE)
-    if recent.count() >= per_minute:
+    cutoff = stream_abandoned_cutoff(now=now)
+    streaming = Answer.objects.filter(
+        question__user=user, status=Answer.Status.STREAMING, created_at__gte=cutoff
+    )
+    concurrent = int(answers_settings.MAX_CONCURRENT_STREAMS)
+    counts = _counts(recent=recent, streaming=streaming)
+    if counts["recent"] >= per_minute:
         # A slot frees when the oldest question that fills the window leaves it.
         filling = recent.order_by("-created_at").values_list("created_at", flat=True)
         oldest = filling[per_minute - 1] if per_minute > 0 else now
@@ -108,12 +139,7 @@ def question_check_limits(*, user: User) -> None:
             f"Too many questions: at most {per_minute} a minute. Try again soon.",
             retry_after=_seconds_until(oldest + timedelta(minutes=1), now=now),
         )
-    cutoff = stream_abandoned_cutoff(now=now)
-    streaming = Answer.objects.filter(
-        question__user=user, status=Answer.Status.STREAMING, created_at__gte=cutoff
-    )
-    concurrent = int(answers_settings.MAX_CONCURRENT_STREAMS)
-    if streaming.count() >= concurrent:
+    if counts["streaming"] >= concurrent:
         # No answer outlives TOTAL_TIMEOUT (unless its process died): by then a slot is free.
         running = streaming.order_by("-created_at").values_list("created_at", flat=True)
         oldest = running[concurrent - 1] if concurrent > 0 else now
@@ -274,21 +300,23 @@ def answer_complete(
         )
         Citation.objects.filter(answer_id=answer.pk).delete()  # finalized once; to be sure
         Citation.objects.bulk_create(Citation(answer_id=answer.pk, **asdict(c)) for c in support)
-        # One UPDATE whatever the number of sources.
-        RetrievedSource.objects.filter(
-            question_id=answer.question_id, prompt_number__isnull=False
-        ).update(
-            final_number=Case(
-                *[When(prompt_number=p, then=Value(f)) for p, f in final_numbers.items()],
-                default=None,
-                output_field=IntegerField(),
-            ),
-            cited=Case(
-                *[When(prompt_number=p, then=Value(True)) for p in cited],
-                default=Value(False),
-            ),
-        )
-        _prompt_sources_snapshot(question_id=answer.question_id, sources=sources)
+        if sources:
+            # One UPDATE of the prompt's sources whatever their number: their fate in the
+            # final list and the snapshot of what the answer was written from.
+            RetrievedSource.objects.filter(
+                question_id=answer.question_id, prompt_number__isnull=False
+            ).update(
+                final_number=Case(
+                    *[When(prompt_number=p, then=Value(f)) for p, f in final_numbers.items()],
+                    default=None,
+                    output_field=IntegerField(),
+                ),
+                cited=Case(
+                    *[When(prompt_number=p, then=Value(True)) for p in cited],
+                    default=Value(False),
+                ),
+                **_prompt_sources_snapshot(sources=sources),
+            )
     answer.raw_text, answer.final_text, answer.status, answer.error = (
         raw_text,
         finalized.text,
@@ -300,13 +328,12 @@ def answer_complete(
     return CompletedAnswer(answer=answer, finalized=finalized)
 
 
-def _prompt_sources_snapshot(*, question_id: int, sources: Sequence[NumberedSource]) -> None:
+def _prompt_sources_snapshot(*, sources: Sequence[NumberedSource]) -> dict[str, Case]:
     """Keep what the answer was written from as it was (ADR 0022): each prompt passage's
     text (stored once per distinct text), its document's title, its position, and whether
-    everyone could view the document. Four statements, whatever the number of sources."""
+    everyone could view the document (as retrieval read it). Two statements whatever the
+    number of sources, and the fields for the prompt sources' one UPDATE."""
     members = [candidate for source in sources for candidate in source.candidates]
-    if not members:
-        return
     digests = {candidate.rank: content_hash(candidate.text) for candidate in members}
     texts = {digests[candidate.rank]: candidate.text for candidate in members}
     Passage.objects.bulk_create(
@@ -314,30 +341,25 @@ def _prompt_sources_snapshot(*, question_id: int, sources: Sequence[NumberedSour
         ignore_conflicts=True,  # already kept for an earlier answer
     )
     passage_ids = dict(Passage.objects.filter(digest__in=texts).values_list("digest", "pk"))
-    public = set(
-        Document.objects.filter(
-            pk__in={c.document_id for c in members}, access=Document.Access.EVERYONE
-        ).values_list("pk", flat=True)
-    )
-    RetrievedSource.objects.filter(question_id=question_id, rank__in=digests).update(
-        passage_id=Case(
+    return {
+        "passage_id": Case(
             *[When(rank=c.rank, then=Value(passage_ids[digests[c.rank]])) for c in members],
             output_field=IntegerField(),
         ),
-        document_title=Case(
+        "document_title": Case(
             *[When(rank=c.rank, then=Value(c.title)) for c in members],
             output_field=CharField(),
         ),
-        chunk_ordinal=Case(
+        "chunk_ordinal": Case(
             *[When(rank=c.rank, then=Value(c.ordinal)) for c in members],
             output_field=IntegerField(),
         ),
-        document_public=Case(
-            *[When(rank=c.rank, then=Value(c.document_id in public)) for c in members],
+        "document_public": Case(
+            *[When(rank=c.rank, then=Value(c.document_public)) for c in members],
             default=Value(False),
             output_field=BooleanField(),
         ),
-    )
+    }
 
 
 def answer_mark_reviewed(*, answer: Answer, reviewer: User, reviewed: bool, note: str) -> Answer:
