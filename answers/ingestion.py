@@ -30,7 +30,6 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import lxml.etree
-import lxml.html
 import pypdfium2 as pdfium
 import pypdfium2.raw as pdfium_c
 
@@ -427,7 +426,7 @@ def _html_encoding(data: bytes) -> str:
     return name
 
 
-def _is_chrome(element: lxml.html.HtmlElement) -> bool:
+def _is_chrome(element: lxml.etree._Element) -> bool:
     tag = element.tag
     if tag in _CHROME_TAGS:
         return True
@@ -439,7 +438,7 @@ def _is_chrome(element: lxml.html.HtmlElement) -> bool:
     return any(name in _CHROME_CLASSES for name in classes)
 
 
-def _main_element(root: lxml.html.HtmlElement) -> lxml.html.HtmlElement:
+def _main_element(root: lxml.etree._Element) -> lxml.etree._Element:
     """The page's one <main> (or role=main), else its one <article>, else the whole page."""
     for path in ("//main | //*[@role='main']", "//article"):
         found = root.xpath(path)
@@ -449,24 +448,26 @@ def _main_element(root: lxml.html.HtmlElement) -> lxml.html.HtmlElement:
 
 
 def _extract_html(data: bytes) -> tuple[str | None, str]:
-    # lxml (libxml2's HTML parser) rather than BeautifulSoup's html.parser: about 20x faster.
+    # libxml2's HTML parser (lxml) rather than BeautifulSoup's html.parser: about 20x faster.
     text = _sanitize(data.decode(_html_encoding(data), errors="replace"))
     # XHTML pages open with <?xml ... encoding=...?>, which lxml refuses in a str.
     text = _XML_DECLARATION.sub("", text.lstrip("\ufeff"), count=1)
     try:
-        root = lxml.html.document_fromstring(text, parser=_HTML_PARSER)
-    except (lxml.etree.ParserError, ValueError) as exc:
+        root = lxml.etree.fromstring(text, parser=_HTML_PARSER)
+    except (lxml.etree.LxmlError, ValueError) as exc:
         raise ExtractionError("HTML file has no readable text") from exc
+    if root is None:  # nothing but whitespace or comments
+        raise ExtractionError("HTML file has no readable text")
     title: str | None = None
     for candidate in root.iter("title"):
         if not any(parent.tag == "svg" for parent in candidate.iterancestors()):
-            title = _clean_title(candidate.text_content()) or None
+            title = _clean_title("".join(candidate.itertext())) or None
             if title:
                 break
     if title is None:
         for h1 in root.iter("h1"):
             if not any(parent.tag in _DROPPED_TAGS for parent in h1.iterancestors()):
-                title = _clean_title(h1.text_content()) or None
+                title = _clean_title("".join(h1.itertext())) or None
                 break
 
     blocks: list[str] = []
@@ -505,7 +506,7 @@ def _extract_html(data: bytes) -> tuple[str | None, str]:
     # An explicit stack, not recursion: real-world HTML can nest deeper than Python's limit.
     # Each element is visited entering and leaving; its tail (the text after it, inside its
     # parent) is added after leaving, or right away when the element itself is skipped.
-    stack: list[tuple[lxml.html.HtmlElement, bool]] = [(_main_element(root), True)]
+    stack: list[tuple[lxml.etree._Element, bool]] = [(_main_element(root), True)]
     while stack:
         node, entering = stack.pop()
         name = node.tag
@@ -570,7 +571,9 @@ def _extract_html(data: bytes) -> tuple[str | None, str]:
 
 
 _XML_DECLARATION = re.compile(r"\A\s*<\?xml[^>]*>")
-_HTML_PARSER = lxml.html.HTMLParser(remove_comments=True, remove_pis=True, recover=True)
+# lxml.etree's parser, not lxml.html's: plain elements, without a Python class looked up per
+# element (HtmlElement's methods are not needed here).
+_HTML_PARSER = lxml.etree.HTMLParser(remove_comments=True, remove_pis=True, recover=True)
 
 
 # -------------------------------------------------------------------------- PDF

@@ -82,6 +82,8 @@ _BACKSLASH = re.compile(r"\\(?=[!-/:-@\[-`{-~]|$)")
 _ANGLE = re.compile(r"<(?=[A-Za-z/!?])")
 _ENTITY = re.compile(r"&(?=#?\w+;)")
 _STRAY_BACKTICK = re.compile(r"`")
+# A character that one of escape_text's rules acts on (an edge identifier needs "*" or "_").
+_HAZARD = re.compile(r"[*_\\`<&]")
 
 
 def _escape_text(text: str) -> str:
@@ -94,6 +96,8 @@ def _escape_text(text: str) -> str:
 def escape_text(text: str) -> str:
     """Plain text (an HTML text node) as Markdown that reads the same: identifiers that
     start or end with "_" in backticks, other hazards backslash-escaped."""
+    if not _HAZARD.search(text):  # most text nodes: every rule below would leave them alone
+        return text
     spans = _Spans()
     text = _identifiers_to_code(text, spans)
     return spans.fill(_escape_delimiters(_escape_text(text)))

@@ -32,6 +32,8 @@ def _stemmer() -> Any:
 
 def _fold(text: str) -> str:
     """Lower-cased, without diacritics ("café" matches "cafe", as remove_diacritics 2)."""
+    if text.isascii():  # most text, and NFKD leaves ASCII as it is: no per-character pass
+        return text.lower()
     decomposed = unicodedata.normalize("NFKD", text.lower())
     return "".join(c for c in decomposed if not unicodedata.combining(c))
 
