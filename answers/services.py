@@ -16,6 +16,7 @@ from django.db.models import (
     BooleanField,
     Case,
     CharField,
+    Count,
     F,
     IntegerField,
     Max,
@@ -429,6 +430,41 @@ class IngestResult:
     chunks: int
 
 
+@dataclass(frozen=True)
+class DocumentSource:
+    """One document to ingest, as ``document_ingest`` takes it; ``spans`` if already cut
+    (by ``chunk_text`` with the same size, e.g. in an ingest worker)."""
+
+    source_key: str
+    title: str
+    body: str
+    url: str = ""
+    spans: Sequence[ChunkSpan] | None = None
+
+
+# A batch's transaction: large enough that commits stop mattering, small enough that a
+# conflict's per-document retry and the writer's lock stay short.
+INGEST_BATCH_DOCUMENTS = 200
+INGEST_BATCH_CHUNKS = 2_000
+
+
+def _document_derived(*, body: str) -> dict[str, Any]:
+    """The fields computed from a document's body, for the one and the batch path alike."""
+    return {"content_hash": content_hash(body)}
+
+
+def _document_is_unchanged(*, document: Document, title: str, derived: dict[str, Any]) -> bool:
+    return document.content_hash == derived["content_hash"] and document.title == title
+
+
+def _document_assign(
+    *, document: Document, title: str, body: str, url: str, derived: dict[str, Any]
+) -> None:
+    document.title, document.body, document.url = title, body, url or document.url
+    for name, value in derived.items():
+        setattr(document, name, value)
+
+
 def document_ingest(
     *,
     source_key: str,
@@ -437,6 +473,7 @@ def document_ingest(
     url: str = "",
     group: Group | None = None,
     chunk_size: int,
+    spans: Sequence[ChunkSpan] | None = None,
 ) -> IngestResult:
     """Create or update a document; unchanged bodies are skipped, changed ones re-chunked.
 
@@ -444,8 +481,7 @@ def document_ingest(
     serializes writers of an existing document, the unique ``source_key`` lets only one
     create it, and the others retry and find it (see below).
     """
-    digest = content_hash(body)
-    spans: list[ChunkSpan] | None = None
+    derived = _document_derived(body=body)
     for attempt in range(INGEST_ATTEMPTS):
         creating = False
         try:
@@ -457,15 +493,11 @@ def document_ingest(
                 if document is None:
                     document = Document(source_key=source_key)
                     outcome, creating = "created", True
-                elif document.content_hash == digest and document.title == title:
+                elif _document_is_unchanged(document=document, title=title, derived=derived):
                     _document_apply_access(document=document, group=group)
                     return IngestResult(document, "unchanged", document.chunks.count())
-                document.title, document.body, document.url, document.content_hash = (
-                    title,
-                    body,
-                    url or document.url,
-                    digest,
-                )
+                _document_assign(document=document, title=title, body=body, url=url,
+                                 derived=derived)  # fmt: skip
                 document.save()
                 if spans is None:
                     spans = chunk_text(body, size=chunk_size)
@@ -482,6 +514,102 @@ def document_ingest(
             if not raced or attempt == INGEST_ATTEMPTS - 1:
                 raise
     raise AssertionError("unreachable")
+
+
+def documents_ingest_batch(
+    *, sources: Sequence[DocumentSource], group: Group | None = None, chunk_size: int
+) -> list[IngestResult]:
+    """``document_ingest`` for each source (results in the same order), in one transaction
+    with a fixed number of queries for the new and unchanged documents.
+
+    Keep a batch within INGEST_BATCH_DOCUMENTS and INGEST_BATCH_CHUNKS. If another writer
+    created one of these documents meanwhile (the unique ``source_key``), the batch is
+    rolled back and each document goes through ``document_ingest``, which handles that race.
+    """
+
+    def one_by_one() -> list[IngestResult]:
+        return [
+            document_ingest(source_key=s.source_key, title=s.title, body=s.body, url=s.url,
+                            group=group, chunk_size=chunk_size, spans=s.spans)
+            for s in sources
+        ]  # fmt: skip
+
+    keys = [source.source_key for source in sources]
+    if len(set(keys)) != len(keys):  # the same document twice: only in order, one by one
+        return one_by_one()
+    try:
+        with transaction.atomic():
+            return _documents_write(sources=sources, group=group, chunk_size=chunk_size)
+    except IntegrityError:
+        return one_by_one()
+
+
+def _documents_write(
+    *, sources: Sequence[DocumentSource], group: Group | None, chunk_size: int
+) -> list[IngestResult]:
+    found = Document.objects.select_for_update().defer("body")
+    existing = {
+        d.source_key: d for d in found.filter(source_key__in=[s.source_key for s in sources])
+    }
+    planned: list[tuple[Document, str, list[ChunkSpan] | Sequence[ChunkSpan]]] = []
+    created: list[Document] = []
+    replaced: list[Document] = []
+    for source in sources:
+        derived = _document_derived(body=source.body)
+        document = existing.get(source.source_key)
+        if document is not None and _document_is_unchanged(
+            document=document, title=source.title, derived=derived
+        ):
+            planned.append((document, "unchanged", []))
+            continue
+        spans = source.spans
+        if spans is None:
+            spans = chunk_text(source.body, size=chunk_size)
+        if document is None:
+            document = Document(source_key=source.source_key)
+            if group is not None:
+                document.access = Document.Access.GROUPS
+            created.append(document)
+            outcome = "created"
+        else:
+            replaced.append(document)
+            outcome = "updated"
+        _document_assign(document=document, title=source.title, body=source.body,
+                         url=source.url, derived=derived)  # fmt: skip
+        planned.append((document, outcome, spans))
+    # Updates are rare (a re-ingest of changed files): saved one by one, as document_ingest.
+    for document in replaced:
+        document.save()
+    if replaced:
+        Chunk.objects.filter(document__in=replaced).delete()
+    # Both backends return the new primary keys from a bulk INSERT (SQLite from 3.35).
+    Document.objects.bulk_create(created)
+    Chunk.objects.bulk_create(
+        [
+            Chunk(document=document, ordinal=s.ordinal, text=s.text, start=s.start, end=s.end)
+            for document, outcome, spans in planned
+            if outcome != "unchanged"
+            for s in spans
+        ],
+        batch_size=500,
+    )
+    if group is not None:
+        _documents_apply_access(documents=[document for document, _, _ in planned], group=group)
+    unchanged = [document.pk for document, outcome, _ in planned if outcome == "unchanged"]
+    counts: dict[int, int] = {}
+    if unchanged:
+        rows = (
+            Chunk.objects.filter(document_id__in=unchanged)
+            .values_list("document_id")
+            .annotate(n=Count("id"))
+            .order_by()
+        )
+        counts = dict(rows)
+    return [
+        IngestResult(document, outcome,
+                     counts.get(document.pk, 0) if outcome == "unchanged" else len(spans))
+        for document, outcome, spans in planned
+    ]  # fmt: skip
 
 
 def document_save(*, document: Document, chunk_size: int) -> Document:
@@ -507,6 +635,20 @@ def _document_replace_chunks(*, document: Document, spans: Sequence[ChunkSpan]) 
         ],
         batch_size=500,
     )
+
+
+def _documents_apply_access(*, documents: Sequence[Document], group: Group) -> None:
+    """``_document_apply_access`` for many documents, in three queries."""
+    ids = [document.pk for document in documents]
+    Document.objects.filter(pk__in=ids).exclude(access=Document.Access.GROUPS).update(
+        access=Document.Access.GROUPS
+    )
+    through = Document.groups.through
+    through.objects.bulk_create(
+        [through(document_id=pk, group_id=group.pk) for pk in ids], ignore_conflicts=True
+    )
+    for document in documents:
+        document.access = Document.Access.GROUPS
 
 
 def _document_apply_access(*, document: Document, group: Group | None) -> None:

@@ -10,9 +10,12 @@ query, and FTS5 only splits the stems on spaces (``unicode61``, no ``porter``).
 
 from __future__ import annotations
 
+import contextlib
 import re
+import sys
 import threading
 import unicodedata
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import Stemmer
@@ -30,12 +33,24 @@ def _stemmer() -> Any:
     return stemmer
 
 
+_combining: dict[int, None] = {}
+
+
+def _combining_marks() -> dict[int, None]:
+    """Every combining code point, mapped to None for ``str.translate`` (built once, ~0.1 s):
+    one C-level pass per text instead of a Python call per character (profiled: 10.6M calls
+    for 2,500 HTML pages)."""
+    if not _combining:
+        marks = {cp: None for cp in range(sys.maxunicode + 1) if unicodedata.combining(chr(cp))}
+        _combining.update(marks)
+    return _combining
+
+
 def _fold(text: str) -> str:
     """Lower-cased, without diacritics ("café" matches "cafe", as remove_diacritics 2)."""
     if text.isascii():  # most text, and NFKD leaves ASCII as it is: no per-character pass
         return text.lower()
-    decomposed = unicodedata.normalize("NFKD", text.lower())
-    return "".join(c for c in decomposed if not unicodedata.combining(c))
+    return unicodedata.normalize("NFKD", text.lower()).translate(_combining_marks())
 
 
 def stem_text(text: str | None) -> str:
@@ -43,7 +58,25 @@ def stem_text(text: str | None) -> str:
     chunk keeps its length in tokens)."""
     if not text:
         return ""
+    known = getattr(_local, "known", None)
+    if known is not None:
+        stems = known.get(text)
+        if stems is not None:
+            return stems
     return " ".join(_stemmer().stemWords(_TOKEN.findall(_fold(text))))
+
+
+@contextlib.contextmanager
+def stems_known(stems: Mapping[str, str]) -> Iterator[None]:
+    """While open, ``stem_text`` (and so the index triggers, in this thread) returns these
+    stems of these texts without stemming them again: ingest stems chunks in its worker
+    processes and the writer only looks them up. ``stems`` must be ``stem_text``'s own."""
+    previous = getattr(_local, "known", None)
+    _local.known = stems
+    try:
+        yield
+    finally:
+        _local.known = previous
 
 
 def register_sqlite_function(sender: Any, connection: Any, **kwargs: Any) -> None:

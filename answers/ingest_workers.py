@@ -1,0 +1,230 @@
+"""Parse, extract and chunk files in worker processes, for ``manage.py ingest --jobs``.
+
+Extraction is CPU-bound Python (lxml's tree walked into Markdown, chunking, stemming), so
+it runs in a process pool, one worker per core by default; the calling process only writes
+to the database (ADR 0030). Files go to the workers several per task (fewer round trips),
+and only a bounded number of tasks is in flight per worker: the paths are consumed as an
+iterator and results are yielded in order, so memory holds at most that window of files
+whatever the folder's size. Results are plain data (strings, integers, tuples) so they
+pickle cheaply; a chunk is its offsets, its text is sliced from the body again here.
+
+If the pool cannot start, or dies (a worker killed, out of memory), the remaining files are
+parsed in this process, after one message saying so.
+
+No Django imports: workers import only this module and ``answers.ingestion``.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Executor, Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .ingestion import ChunkSpan, ExtractionError, chunk_text, extract_file, quiet_libraries
+from .search.stemming import stem_text
+
+__all__ = [
+    "FILES_PER_TASK",
+    "TASKS_PER_WORKER",
+    "ParsePool",
+    "ParsedFile",
+    "default_jobs",
+    "files_parse",
+]
+
+# A task is a few dozen milliseconds of parsing: enough to make a round trip negligible,
+# small enough that the workers stay evenly busy to the last file.
+FILES_PER_TASK = 16
+# Tasks queued per worker: one running, one waiting, so a worker never idles on a round trip.
+TASKS_PER_WORKER = 2
+
+
+@dataclass(frozen=True)
+class ParsedFile:
+    """One file's outcome: its text and chunk offsets, or why it could not be read."""
+
+    key: str  # the source key: the file's absolute path
+    title: str = ""
+    body: str = ""
+    spans: tuple[tuple[int, int], ...] = ()  # (start, end) of each chunk in ``body``
+    # stem_text of the title and of each chunk, when asked (the SQLite index's input).
+    stems: tuple[str, ...] = ()
+    error: str = ""
+
+    def chunk_spans(self) -> list[ChunkSpan]:
+        """The chunks as ``chunk_text`` returned them (each text sliced from the body)."""
+        body = self.body
+        return [
+            ChunkSpan(ordinal=n, start=start, end=end, text=body[start:end])
+            for n, (start, end) in enumerate(self.spans)
+        ]
+
+    def known_stems(self) -> dict[str, str]:
+        """Text -> its stems, for ``stemming.stems_known``; empty if none were computed."""
+        if not self.stems:
+            return {}
+        texts = [self.title, *(self.body[start:end] for start, end in self.spans)]
+        return dict(zip(texts, self.stems, strict=True))
+
+
+@dataclass(frozen=True)
+class _Options:
+    chunk_size: int
+    stem: bool
+
+
+def default_jobs() -> int:
+    """One worker per core this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on every platform
+        return max(1, os.cpu_count() or 1)
+
+
+def parse_file(path: str, options: _Options) -> ParsedFile:
+    """Extract and chunk one file; any failure is its ``error``, never an exception."""
+    try:
+        extracted = extract_file(Path(path))
+    except ExtractionError as exc:
+        return ParsedFile(key=path, error=str(exc))
+    except OSError as exc:
+        return ParsedFile(key=path, error=f"cannot read it ({exc.strerror or exc})")
+    except Exception as exc:  # a parser's own bug must not stop the other files
+        return ParsedFile(key=path, error=f"could not be read ({type(exc).__name__}: {exc})")
+    spans = chunk_text(extracted.body, size=options.chunk_size)
+    stems: tuple[str, ...] = ()
+    if options.stem:
+        stems = (stem_text(extracted.title), *(stem_text(span.text) for span in spans))
+    return ParsedFile(
+        key=path,
+        title=extracted.title,
+        body=extracted.body,
+        spans=tuple((span.start, span.end) for span in spans),
+        stems=stems,
+    )
+
+
+def parse_files(paths: list[str], options: _Options) -> list[ParsedFile]:
+    """One task: several files, the libraries silenced once for all of them."""
+    with quiet_libraries():
+        return [parse_file(path, options) for path in paths]
+
+
+def _tasks(paths: Iterable[Path], size: int) -> Iterator[list[str]]:
+    task: list[str] = []
+    for path in paths:
+        task.append(str(path.resolve()))
+        if len(task) == size:
+            yield task
+            task = []
+    if task:
+        yield task
+
+
+@dataclass
+class ParsePool:
+    """Workers that parse files; use as a context manager, then ``parse``.
+
+    ``jobs`` 1 parses in this process (no pool at all). ``on_fallback`` receives the one
+    message said when the pool cannot start or dies.
+    """
+
+    jobs: int
+    chunk_size: int
+    stem: bool = False
+    files_per_task: int = FILES_PER_TASK
+    on_fallback: Callable[[str], None] = print
+    _executor: Executor | None = field(default=None, init=False, repr=False)
+
+    def __enter__(self) -> ParsePool:
+        if self.jobs > 1:
+            try:
+                # forkserver: workers start from a clean process, not a fork of this one
+                # with its database connections and threads.
+                methods = multiprocessing.get_all_start_methods()
+                context = multiprocessing.get_context(
+                    "forkserver" if "forkserver" in methods else "spawn"
+                )
+                self._executor = ProcessPoolExecutor(max_workers=self.jobs, mp_context=context)
+            except (OSError, ValueError, NotImplementedError) as exc:
+                self._fall_back(f"cannot start {self.jobs} worker processes ({exc})")
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._executor is not None:
+            self._executor.shutdown(wait=True, cancel_futures=True)
+            self._executor = None
+
+    @property
+    def pooled(self) -> bool:
+        """Whether files are (still) parsed in worker processes."""
+        return self._executor is not None
+
+    def worker_pids(self) -> list[int]:
+        """The workers' process ids (for tests that kill one)."""
+        processes = getattr(self._executor, "_processes", None) or {}
+        return sorted(processes)
+
+    def parse(self, paths: Iterable[Path]) -> Iterator[ParsedFile]:
+        """Each file's ``ParsedFile``, in the order of ``paths``, which is read lazily."""
+        options = _Options(chunk_size=self.chunk_size, stem=self.stem)
+        window: deque[tuple[list[str], Future[list[ParsedFile]] | None]] = deque()
+        for task in _tasks(paths, self.files_per_task):
+            window.append((task, self._submit(task, options)))
+            # In order, at most TASKS_PER_WORKER per worker ahead of the one yielded next.
+            while len(window) >= self.jobs * TASKS_PER_WORKER or not self.pooled:
+                yield from self._result(*window.popleft(), options)
+                if not window:
+                    break
+        while window:
+            yield from self._result(*window.popleft(), options)
+
+    def _submit(self, task: list[str], options: _Options) -> Future[list[ParsedFile]] | None:
+        if self._executor is None:
+            return None
+        try:
+            return self._executor.submit(parse_files, task, options)
+        except (BrokenProcessPool, RuntimeError) as exc:
+            self._fall_back(_died(exc))
+            return None
+
+    def _result(
+        self, task: list[str], future: Future[list[ParsedFile]] | None, options: _Options
+    ) -> list[ParsedFile]:
+        if future is not None:
+            try:
+                return future.result()
+            except BrokenProcessPool as exc:
+                self._fall_back(_died(exc))
+        return parse_files(task, options)
+
+    def _fall_back(self, reason: str) -> None:
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+            self._executor = None
+        self.on_fallback(f"{reason}; parsing the remaining files in this process.")
+
+
+def _died(exc: BaseException) -> str:
+    return f"the worker processes stopped ({type(exc).__name__}: {exc})"
+
+
+def files_parse(
+    paths: Iterable[Path],
+    *,
+    jobs: int,
+    chunk_size: int,
+    stem: bool = False,
+    on_fallback: Callable[[str], None] = print,
+) -> Iterator[ParsedFile]:
+    """``ParsePool(...).parse(paths)`` with the pool closed when the iteration ends."""
+    with ParsePool(jobs=jobs, chunk_size=chunk_size, stem=stem, on_fallback=on_fallback) as pool:
+        yield from pool.parse(paths)
