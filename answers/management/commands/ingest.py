@@ -3,24 +3,23 @@
 from __future__ import annotations
 
 import sys
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from django.contrib.auth.models import Group
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import connection
 from tqdm import tqdm
 
 from answers import services
 from answers.conf import answers_settings
-from answers.ingestion import (
-    SUPPORTED_SUFFIXES,
-    ExtractionError,
-    SkippedFile,
-    extract_file,
-    scan_source_files,
-)
+from answers.ingest_workers import ParsedFile, ParsePool, default_jobs
+from answers.ingestion import SUPPORTED_SUFFIXES, SkippedFile, chunk_text, scan_source_files
 from answers.markup import pydoc_to_markdown
+from answers.search.stemming import stems_known
 
 PYTHON_DOCS_URL = "https://docs.python.org/3/"
 
@@ -118,6 +117,12 @@ class Command(BaseCommand):
             "--group",
             help="Restrict the ingested documents to members of this group (created if missing).",
         )
+        parser.add_argument(
+            "--jobs",
+            type=int,
+            default=None,
+            help="Worker processes that parse files (default: one per core; 1: none).",
+        )
         parser.add_argument("--no-progress", action="store_true", help="No progress bar.")
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -127,6 +132,9 @@ class Command(BaseCommand):
         missing = [str(p) for p in paths if not p.exists()]
         if missing:
             raise CommandError(f"No such file or folder: {', '.join(missing)}")
+        jobs = default_jobs() if options["jobs"] is None else int(options["jobs"])
+        if jobs < 1:
+            raise CommandError("--jobs must be at least 1.")
         group = None
         if options["group"]:
             name = options["group"].strip()
@@ -134,52 +142,61 @@ class Command(BaseCommand):
                 raise CommandError("--group needs a name.")
             group, _ = Group.objects.get_or_create(name=name)
 
-        items: list[tuple[str, Any]] = []
-        if options["python_docs"]:
-            items += [(f"python-docs:{t.key}", t) for t in python_doc_topics()]
+        topics = python_doc_topics() if options["python_docs"] else []
+        # Paths only (a few hundred bytes each): the files themselves are read by the workers,
+        # a bounded window at a time.
         sources, unsupported = scan_source_files(paths)
-        items += [(str(path.resolve()), path) for path in sources]
         verbosity = int(options.get("verbosity", 1))
-        if not items:
+        total = len(topics) + len(sources)
+        if not total:
             self._report_unsupported(unsupported, verbosity=max(verbosity, 2))
             raise CommandError(
                 f"No supported files found ({' '.join(sorted(SUPPORTED_SUFFIXES))})."
             )
 
-        counts = {"created": 0, "updated": 0, "unchanged": 0, "failed": 0}
-        chunks = 0
         chunk_size = int(answers_settings.CHUNK_SIZE)
+        # On SQLite the index triggers stem each chunk in this process: let the workers do it.
+        stem = connection.vendor == "sqlite" and jobs > 1
+        writer = _BatchWriter(group=group, chunk_size=chunk_size)
         show_progress = not options["no_progress"] and sys.stderr.isatty()
-        for key, item in tqdm(
-            items, desc="Ingesting", unit="doc", disable=not show_progress, file=sys.stderr
+        progress = tqdm(
+            total=total, desc="Ingesting", unit="file", disable=not show_progress, file=sys.stderr
+        )
+        started = time.perf_counter()
+
+        def advance(files: int) -> None:
+            progress.update(files)
+            elapsed = max(time.perf_counter() - started, 1e-9)
+            progress.set_postfix_str(
+                f"{progress.n / elapsed:.0f} files/s, {writer.chunks / elapsed:.0f} chunks/s",
+                refresh=False,
+            )
+
+        def fallback(message: str) -> None:
+            progress.clear()
+            self.stderr.write(f"Ingest: {message}")
+
+        with (
+            progress,
+            ParsePool(jobs=jobs, chunk_size=chunk_size, stem=stem, on_fallback=fallback) as pool,
         ):
-            try:
-                if isinstance(item, Path):
-                    extracted = extract_file(item)
-                    title, body, url = extracted.title, extracted.body, ""
+            for parsed in _sources(topics, pool.parse(sources), chunk_size=chunk_size):
+                if parsed.error:
+                    writer.failed += 1
+                    progress.clear()
+                    self.stderr.write(f"Skipped {parsed.key}: {parsed.error}")
                 else:
-                    title, body, url = item.title, item.text, item.url
-                result = services.document_ingest(
-                    source_key=key, title=title, body=body, url=url, group=group,
-                    chunk_size=chunk_size,
-                )  # fmt: skip
-            except ExtractionError as exc:
-                counts["failed"] += 1
-                self.stderr.write(f"Skipped {key}: {exc}")
-                continue
-            except OSError as exc:
-                counts["failed"] += 1
-                self.stderr.write(f"Skipped {key}: cannot read it ({exc.strerror or exc})")
-                continue
-            counts[result.outcome] += 1
-            chunks += result.chunks if result.outcome != "unchanged" else 0
+                    writer.add(parsed)
+                advance(1)
+            writer.flush()
+        counts = writer.counts
         self.stdout.write(
-            f"Ingested {len(items)} document(s): {counts['created']} created, "
+            f"Ingested {total} document(s): {counts['created']} created, "
             f"{counts['updated']} updated, {counts['unchanged']} unchanged, "
-            f"{counts['failed']} failed; {chunks} chunk(s) written."
+            f"{writer.failed} failed; {writer.chunks} chunk(s) written."
         )
         self._report_unsupported(unsupported, verbosity=verbosity)
-        if counts["failed"] and counts["failed"] == len(items):
+        if writer.failed and writer.failed == total:
             raise CommandError("Every file failed to ingest.")
 
     def _report_unsupported(self, skipped: list[SkippedFile], *, verbosity: int) -> None:
@@ -198,3 +215,73 @@ class Command(BaseCommand):
         if verbosity >= 2:
             for item in skipped:
                 self.stdout.write(f"Skipped {item.path.resolve()}: {item.reason}")
+
+
+@dataclass(frozen=True)
+class _Parsed:
+    """A document ready to write: the source, and its stems if a worker computed them."""
+
+    source: services.DocumentSource | None  # None: the file could not be read
+    stems: dict[str, str]
+    error: str = ""
+    key: str = ""
+
+
+def _sources(
+    topics: list[PythonDocTopic], files: Iterator[ParsedFile], *, chunk_size: int
+) -> Iterator[_Parsed]:
+    for topic in topics:
+        source = services.DocumentSource(
+            source_key=f"python-docs:{topic.key}", title=topic.title, body=topic.text,
+            url=topic.url, spans=chunk_text(topic.text, size=chunk_size),
+        )  # fmt: skip
+        yield _Parsed(source=source, stems={})
+    for parsed in files:
+        if parsed.error:
+            yield _Parsed(source=None, stems={}, error=parsed.error, key=parsed.key)
+            continue
+        source = services.DocumentSource(
+            source_key=parsed.key, title=parsed.title, body=parsed.body,
+            spans=parsed.chunk_spans(),
+        )  # fmt: skip
+        yield _Parsed(source=source, stems=parsed.known_stems())
+
+
+class _BatchWriter:
+    """Collects parsed documents and writes them in batches (services.documents_ingest_batch)."""
+
+    def __init__(self, *, group: Group | None, chunk_size: int) -> None:
+        self.group, self.chunk_size = group, chunk_size
+        self.pending: list[_Parsed] = []
+        self.pending_chunks = 0
+        self.counts = {"created": 0, "updated": 0, "unchanged": 0}
+        self.chunks = 0  # written
+        self.failed = 0
+
+    def add(self, parsed: _Parsed) -> None:
+        """Queue one document; a full batch is written at once."""
+        assert parsed.source is not None
+        self.pending.append(parsed)
+        self.pending_chunks += len(parsed.source.spans or ())
+        if (
+            len(self.pending) >= services.INGEST_BATCH_DOCUMENTS
+            or self.pending_chunks >= services.INGEST_BATCH_CHUNKS
+        ):
+            self.flush()
+
+    def flush(self) -> None:
+        batch, self.pending, self.pending_chunks = self.pending, [], 0
+        if not batch:
+            return
+        stems: dict[str, str] = {}
+        for parsed in batch:
+            stems.update(parsed.stems)
+        with stems_known(stems):
+            results = services.documents_ingest_batch(
+                sources=[parsed.source for parsed in batch if parsed.source is not None],
+                group=self.group,
+                chunk_size=self.chunk_size,
+            )
+        for result in results:
+            self.counts[result.outcome] += 1
+            self.chunks += result.chunks if result.outcome != "unchanged" else 0
