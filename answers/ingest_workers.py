@@ -140,6 +140,7 @@ class ParsePool:
     files_per_task: int = FILES_PER_TASK
     on_fallback: Callable[[str], None] = print
     _executor: Executor | None = field(default=None, init=False, repr=False)
+    _fell_back: bool = field(default=False, init=False, repr=False)
 
     def __enter__(self) -> ParsePool:
         if self.jobs > 1:
@@ -210,7 +211,9 @@ class ParsePool:
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
             self._executor = None
-        self.on_fallback(f"{reason}; parsing the remaining files in this process.")
+        if not self._fell_back:  # said once, though every task in flight fails with it
+            self._fell_back = True
+            self.on_fallback(f"{reason}; parsing the remaining files in this process.")
 
 
 def _died(exc: BaseException) -> str:

@@ -23,6 +23,7 @@ import Stemmer
 SQL_FUNCTION = "answers_stem"
 # FTS5's unicode61 split (letters and digits; everything else separates), as query_terms.
 _TOKEN = re.compile(r"[^\W_]+")
+_NON_ASCII = re.compile(r"[^\x00-\x7f]+")
 _local = threading.local()  # a PyStemmer object is not safe to share between threads
 
 
@@ -46,11 +47,18 @@ def _combining_marks() -> dict[int, None]:
     return _combining
 
 
+def _fold_run(match: re.Match[str]) -> str:
+    return unicodedata.normalize("NFKD", match[0]).translate(_combining_marks())
+
+
 def _fold(text: str) -> str:
     """Lower-cased, without diacritics ("café" matches "cafe", as remove_diacritics 2)."""
+    text = text.lower()
     if text.isascii():  # most text, and NFKD leaves ASCII as it is: no per-character pass
-        return text.lower()
-    return unicodedata.normalize("NFKD", text.lower()).translate(_combining_marks())
+        return text
+    # Only the non-ASCII runs: ASCII characters decompose to themselves and never reorder
+    # with combining marks (their class is 0), so NFKD run by run equals NFKD of the whole.
+    return _NON_ASCII.sub(_fold_run, text)
 
 
 def stem_text(text: str | None) -> str:

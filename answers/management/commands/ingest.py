@@ -16,7 +16,7 @@ from tqdm import tqdm
 
 from answers import services
 from answers.conf import answers_settings
-from answers.ingest_workers import ParsedFile, ParsePool, default_jobs
+from answers.ingest_workers import FILES_PER_TASK, ParsedFile, ParsePool, default_jobs
 from answers.ingestion import SUPPORTED_SUFFIXES, SkippedFile, chunk_text, scan_source_files
 from answers.markup import pydoc_to_markdown
 from answers.search.stemming import stems_known
@@ -155,6 +155,8 @@ class Command(BaseCommand):
             )
 
         chunk_size = int(answers_settings.CHUNK_SIZE)
+        # No more workers than tasks: a handful of files is parsed here, without a pool.
+        jobs = max(1, min(jobs, -(-len(sources) // FILES_PER_TASK)))
         # On SQLite the index triggers stem each chunk in this process: let the workers do it.
         stem = connection.vendor == "sqlite" and jobs > 1
         writer = _BatchWriter(group=group, chunk_size=chunk_size)

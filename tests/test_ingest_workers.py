@@ -1,0 +1,227 @@
+"""Parsing in worker processes (answers.ingest_workers) and the batch writer
+(services.documents_ingest_batch): real files, real worker processes, the real database."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from answers import ingest_workers, services
+from answers.ingest_workers import ParsedFile, ParsePool, files_parse
+from answers.ingestion import chunk_text, extract_file
+from answers.models import Chunk, Document
+from answers.registry import get_search_backend
+from answers.search.stemming import stem_text, stems_known
+from tests.helpers import write
+
+CHUNK_SIZE = 300
+
+
+def html_page(index: int) -> str:
+    """A small real-looking documentation page: chrome, a title, a few paragraphs."""
+    paragraphs = "".join(
+        f"<p>Page {index} paragraph {n}: the wombat café ({n}) grooms numbats for "
+        f"the platypus tracker, {'and more words ' * (index % 7)}each day.</p>"
+        for n in range(1 + index % 5)
+    )
+    return (
+        f"<html><head><title>Page {index}</title></head><body>"
+        f"<nav><a href='#'>Home</a> | <a href='#'>Next</a></nav>"
+        f"<main><h1>Page {index}</h1>{paragraphs}</main></body></html>"
+    )
+
+
+@pytest.fixture
+def pages(tmp_path: Path) -> list[Path]:
+    return [
+        write(tmp_path / "site" / f"page{index:03d}.html", html_page(index)) for index in range(40)
+    ]
+
+
+def parsed(paths: list[Path], *, jobs: int, stem: bool = False, **options: object) -> list:
+    messages: list[str] = []
+    found = list(
+        files_parse(paths, jobs=jobs, chunk_size=CHUNK_SIZE, stem=stem, on_fallback=messages.append)
+    )
+    assert not messages, messages
+    return found
+
+
+# ---------------------------------------------------------------------------- workers
+
+
+def test_workers_give_what_the_single_process_parse_gives_in_the_same_order(pages) -> None:
+    alone = parsed(pages, jobs=1)
+    pooled = parsed(pages, jobs=2)
+    assert pooled == alone
+    assert [item.key for item in pooled] == [str(path.resolve()) for path in pages]
+    for item, path in zip(pooled, pages, strict=True):
+        extracted = extract_file(path)
+        assert (item.title, item.body) == (extracted.title, extracted.body)
+        assert item.chunk_spans() == chunk_text(extracted.body, size=CHUNK_SIZE)
+
+
+def test_stems_computed_in_workers_are_stem_texts_own(pages) -> None:
+    for item in parsed(pages[:5], jobs=2, stem=True):
+        known = item.known_stems()
+        assert known[item.title] == stem_text(item.title)
+        for span in item.chunk_spans():
+            assert known[span.text] == stem_text(span.text)
+
+
+def test_a_broken_file_is_reported_and_the_others_parsed(tmp_path: Path, pages) -> None:
+    broken = write(tmp_path / "site" / "page020x.html", b"\x00\x00 \n")
+    found = parsed(sorted([*pages, broken]), jobs=2)
+    bad = [item for item in found if item.error]
+    assert [item.key for item in bad] == [str(broken.resolve())]
+    assert bad[0].error
+    assert len([item for item in found if not item.error]) == len(pages)
+
+
+def test_the_walk_is_read_lazily_with_a_bounded_window(pages) -> None:
+    """Paths are pulled only as tasks are sent: never more than the window ahead."""
+    pulled = 0
+
+    def walk():
+        nonlocal pulled
+        for path in pages:
+            pulled += 1
+            yield path
+
+    pool_size = 2
+    window = pool_size * ingest_workers.TASKS_PER_WORKER
+    with ParsePool(jobs=pool_size, chunk_size=CHUNK_SIZE, files_per_task=2) as pool:
+        for count, _ in enumerate(pool.parse(walk()), start=1):
+            assert pulled <= count + window * 2
+
+
+def test_a_pool_that_dies_falls_back_to_this_process(pages) -> None:
+    messages: list[str] = []
+    found: list[ParsedFile] = []
+    with ParsePool(jobs=2, chunk_size=CHUNK_SIZE, files_per_task=1,
+                   on_fallback=messages.append) as pool:  # fmt: skip
+        for item in pool.parse(pages):
+            if not found:
+                for pid in pool.worker_pids():
+                    os.kill(pid, signal.SIGKILL)
+            found.append(item)
+        assert not pool.pooled
+    assert len(messages) == 1
+    assert "worker processes stopped" in messages[0]
+    assert "in this process" in messages[0]
+    assert found == parsed(pages, jobs=1)
+
+
+def test_a_pool_that_cannot_start_parses_here(pages, monkeypatch) -> None:
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise OSError(38, "Function not implemented")
+
+    # The edge we do not own: the OS refusing processes (no /dev/shm, a seccomp sandbox).
+    monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", refuse)
+    monkeypatch.setattr(ingest_workers, "ProcessPoolExecutor", refuse)
+    messages: list[str] = []
+    found = list(files_parse(pages, jobs=2, chunk_size=CHUNK_SIZE, on_fallback=messages.append))
+    assert len(messages) == 1 and "cannot start 2 worker processes" in messages[0]
+    assert found == parsed(pages, jobs=1)
+
+
+# ---------------------------------------------------------------------- batch writes
+
+
+def source(key: str, title: str, body: str) -> services.DocumentSource:
+    return services.DocumentSource(source_key=key, title=title, body=body)
+
+
+@pytest.mark.django_db
+def test_a_batch_writes_what_one_by_one_writes() -> None:
+    bodies = {f"b:{n}": f"Batch body {n} about quokkas.\n\n" + "More text. " * 60 * n
+              for n in range(1, 6)}  # fmt: skip
+    results = services.documents_ingest_batch(
+        sources=[source(key, f"Title {key}", body) for key, body in bodies.items()],
+        chunk_size=CHUNK_SIZE,
+    )
+    assert [r.outcome for r in results] == ["created"] * 5
+    for result, (key, body) in zip(results, bodies.items(), strict=True):
+        document = Document.objects.get(source_key=key)
+        assert result.document.pk == document.pk
+        assert document.body == body
+        spans = chunk_text(body, size=CHUNK_SIZE)
+        assert result.chunks == len(spans)
+        stored = list(document.chunks.order_by("ordinal").values_list("start", "end", "text"))
+        assert stored == [(s.start, s.end, s.text) for s in spans]
+    hits = get_search_backend().search("quokkas", limit=10)
+    assert len({Chunk.objects.get(pk=h.chunk_id).document_id for h in hits}) == 5
+
+
+@pytest.mark.django_db
+def test_a_batch_skips_unchanged_and_replaces_changed_documents() -> None:
+    services.documents_ingest_batch(
+        sources=[source("b:same", "Same", "Snorkelwort grows here."),
+                 source("b:edit", "Edit", "Bramblequat grows here.")],
+        chunk_size=CHUNK_SIZE,
+    )  # fmt: skip
+    same = Document.objects.get(source_key="b:same")
+    same_chunks = list(same.chunks.values_list("pk", flat=True))
+    results = services.documents_ingest_batch(
+        sources=[source("b:same", "Same", "Snorkelwort grows here."),
+                 source("b:edit", "Edit", "Thistlewhump grows here."),
+                 source("b:new", "New", "Gorsewhistle grows here.")],
+        chunk_size=CHUNK_SIZE,
+    )  # fmt: skip
+    assert [(r.outcome, r.chunks) for r in results] == [
+        ("unchanged", 1), ("updated", 1), ("created", 1)
+    ]  # fmt: skip
+    assert list(same.chunks.values_list("pk", flat=True)) == same_chunks
+    search = get_search_backend()
+    assert search.search("bramblequat", limit=5) == []
+    for word, key in (("thistlewhump", "b:edit"), ("gorsewhistle", "b:new")):
+        (hit,) = search.search(word, limit=5)
+        assert Chunk.objects.get(pk=hit.chunk_id).document.source_key == key
+
+
+@pytest.mark.django_db
+def test_a_batch_failing_on_a_unique_source_key_is_written_one_by_one(monkeypatch) -> None:
+    """A row with one of the batch's keys appears after the batch looked (as when another
+    writer creates it): the unique source key fails the whole batch, which is rolled back
+    (the row with it, here, as it was made in the same transaction), and each document is
+    then written on its own by document_ingest."""
+    real_bulk_create = Document.objects.bulk_create
+
+    def racing_bulk_create(documents, *args, **kwargs):
+        # The row appears just before this batch inserts.
+        Document.objects.create(source_key="b:raced", title="Raced", body="Other text.",
+                                content_hash="x")  # fmt: skip
+        monkeypatch.setattr(Document.objects, "bulk_create", real_bulk_create)
+        return real_bulk_create(documents, *args, **kwargs)
+
+    monkeypatch.setattr(Document.objects, "bulk_create", racing_bulk_create)
+    results = services.documents_ingest_batch(
+        sources=[source("b:first", "First", "Wallaby text."),
+                 source("b:raced", "Raced", "Pademelon text.")],
+        chunk_size=CHUNK_SIZE,
+    )  # fmt: skip
+    assert [(r.outcome, r.chunks) for r in results] == [("created", 1), ("created", 1)]
+    raced = Document.objects.get(source_key="b:raced")
+    assert (raced.body, raced.chunks.get().text) == ("Pademelon text.", "Pademelon text.")
+    assert Document.objects.filter(source_key__startswith="b:").count() == 2
+
+
+@pytest.mark.django_db
+def test_index_triggers_use_stems_the_workers_computed() -> None:
+    """On SQLite the triggers stem in this process unless the stems are known; with a
+    deliberately different known stem, the index holds the known one (it was used)."""
+    from django.db import connection
+
+    if connection.vendor != "sqlite":
+        pytest.skip("the SQLite triggers stem in Python")
+    body = "Numbats forage termites."
+    with stems_known({body: stem_text("wombat")}):
+        services.documents_ingest_batch(
+            sources=[source("b:stems", "Stems", body)], chunk_size=CHUNK_SIZE
+        )
+    assert get_search_backend().search("wombat", limit=5)
+    assert get_search_backend().search("termites", limit=5) == []
