@@ -485,3 +485,70 @@ def test_demo_topics_have_readable_titles_real_sections_and_distinct_texts() -> 
         assert topic.key in TOPIC_PAGES, f"{topic.key} has no page in the docs"
         assert '"' not in topic.title and "\u201c" not in topic.title
         assert (topic.title and topic.title != topic.key) or topic.key == "calls"
+
+
+# -------------------------------------------------------------------- ingest --jobs
+
+
+@pytest.fixture
+def site(tmp_path: Path) -> Path:
+    """Enough HTML pages for several worker tasks, and one broken file among them."""
+    from tests.test_ingest_workers import html_page
+
+    root = tmp_path / "site"
+    for index in range(50):
+        write(root / f"page{index:03d}.html", html_page(index))
+    write(root / "page025-broken.html", b"\x00\x00 \n")
+    return root
+
+
+def stored(root: Path) -> dict[str, tuple[str, str, list[tuple[int, int, str]]]]:
+    prefix = str(root.resolve())
+    return {
+        d.source_key: (
+            d.title,
+            d.content_hash,
+            list(d.chunks.order_by("ordinal").values_list("start", "end", "text")),
+        )
+        for d in Document.objects.filter(source_key__startswith=prefix)
+    }
+
+
+def test_ingest_with_two_jobs_stores_what_one_job_stores(site: Path) -> None:
+    stdout, stderr = run("ingest", str(site), "--jobs", "1")
+    one = stored(site)
+    first = summary(stdout)
+    Document.objects.all().delete()
+    stdout, stderr_two = run("ingest", str(site), "--jobs", "2")
+    assert summary(stdout) == first
+    assert stored(site) == one
+    assert first["created"] == 50 and first["failed"] == 1
+    assert first["chunks"] == Chunk.objects.count() > 100
+    for err in (stderr, stderr_two):
+        (line,) = err.strip().splitlines()
+        assert line.startswith(f"Skipped {(site / 'page025-broken.html').resolve()}: ")
+
+
+def test_ingest_with_jobs_again_skips_unchanged_files(site: Path) -> None:
+    run("ingest", str(site), "--jobs", "2")
+    before = stored(site)
+    chunk_ids = set(Chunk.objects.values_list("pk", flat=True))
+    write(site / "page007.html", "<html><title>Page 7</title><main>Quokkas now.</main></html>")
+    stdout, _ = run("ingest", str(site), "--jobs", "2")
+    counts = summary(stdout)
+    assert (counts["created"], counts["updated"], counts["unchanged"]) == (0, 1, 49)
+    assert counts["chunks"] == 1
+    after = stored(site)
+    changed = str((site / "page007.html").resolve())
+    assert after[changed][2] == [(0, 12, "Quokkas now.")]
+    assert {k: v for k, v in after.items() if k != changed} == {
+        k: v for k, v in before.items() if k != changed
+    }
+    assert len(chunk_ids - set(Chunk.objects.values_list("pk", flat=True))) == len(
+        before[changed][2]
+    )
+
+
+def test_ingest_jobs_must_be_positive(site: Path) -> None:
+    with pytest.raises(CommandError, match="--jobs must be at least 1"):
+        run("ingest", str(site), "--jobs", "0")

@@ -25,7 +25,7 @@ def html_page(index: int) -> str:
     """A small real-looking documentation page: chrome, a title, a few paragraphs."""
     paragraphs = "".join(
         f"<p>Page {index} paragraph {n}: the wombat café ({n}) grooms numbats for "
-        f"the platypus tracker, {'and more words ' * (index % 7)}each day.</p>"
+        f"the platypus tracker, {'and more words ' * 20 * (index % 7)}each day.</p>"
         for n in range(1 + index % 5)
     )
     return (
