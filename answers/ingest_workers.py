@@ -31,6 +31,7 @@ from .search.stemming import stem_text
 __all__ = [
     "FILES_PER_TASK",
     "TASKS_PER_WORKER",
+    "ParseOptions",
     "ParsePool",
     "ParsedFile",
     "default_jobs",
@@ -73,7 +74,9 @@ class ParsedFile:
 
 
 @dataclass(frozen=True)
-class _Options:
+class ParseOptions:
+    """What every worker needs to know: the chunk size, and whether to stem (SQLite)."""
+
     chunk_size: int
     stem: bool
 
@@ -86,7 +89,7 @@ def default_jobs() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def parse_file(path: str, options: _Options) -> ParsedFile:
+def parse_file(path: str, options: ParseOptions) -> ParsedFile:
     """Extract and chunk one file; any failure is its ``error``, never an exception."""
     try:
         extracted = extract_file(Path(path))
@@ -109,7 +112,7 @@ def parse_file(path: str, options: _Options) -> ParsedFile:
     )
 
 
-def parse_files(paths: list[str], options: _Options) -> list[ParsedFile]:
+def parse_files(paths: list[str], options: ParseOptions) -> list[ParsedFile]:
     """One task: several files, the libraries silenced once for all of them."""
     with quiet_libraries():
         return [parse_file(path, options) for path in paths]
@@ -176,7 +179,7 @@ class ParsePool:
 
     def parse(self, paths: Iterable[Path]) -> Iterator[ParsedFile]:
         """Each file's ``ParsedFile``, in the order of ``paths``, which is read lazily."""
-        options = _Options(chunk_size=self.chunk_size, stem=self.stem)
+        options = ParseOptions(chunk_size=self.chunk_size, stem=self.stem)
         window: deque[tuple[list[str], Future[list[ParsedFile]] | None]] = deque()
         for task in _tasks(paths, self.files_per_task):
             window.append((task, self._submit(task, options)))
@@ -188,7 +191,7 @@ class ParsePool:
         while window:
             yield from self._result(*window.popleft(), options)
 
-    def _submit(self, task: list[str], options: _Options) -> Future[list[ParsedFile]] | None:
+    def _submit(self, task: list[str], options: ParseOptions) -> Future[list[ParsedFile]] | None:
         if self._executor is None:
             return None
         try:
@@ -198,7 +201,7 @@ class ParsePool:
             return None
 
     def _result(
-        self, task: list[str], future: Future[list[ParsedFile]] | None, options: _Options
+        self, task: list[str], future: Future[list[ParsedFile]] | None, options: ParseOptions
     ) -> list[ParsedFile]:
         if future is not None:
             try:

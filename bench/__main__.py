@@ -97,6 +97,7 @@ def main(argv: list[str]) -> int:
             lambda: scale_out.run(dbs, folder / "daphne-scale.log", full=FULL),
         )
         section("ingest files", lambda: ingest.files(dbs, folder / "files"))
+        section("ingest html doc sets", lambda: ingest.html(dbs))
 
         def grown_corpus() -> list[Row]:
             dbs.fresh("retrieval")

@@ -1,13 +1,17 @@
-"""5. Ingestion throughput (chunks/s) against bare bulk_create of the same chunks."""
+"""5. Ingestion throughput: chunks/s against bare bulk_create of the same chunks, and the
+Debian HTML doc sets end to end against a bare lxml parse of the same files."""
 
 from __future__ import annotations
 
 import io
+import sys
 import time
 from pathlib import Path
 
+import lxml.etree
 from django.core.management import call_command
 
+from answers.ingest_workers import ParseOptions, default_jobs, parse_files
 from answers.ingestion import extract_file, iter_source_files
 from answers.management.commands.ingest import python_doc_topics
 from answers.models import Chunk
@@ -15,6 +19,7 @@ from answers.models import Chunk
 from .corpus import SourceDocument, insert_documents, python_topics, source_document
 from .db import Databases
 from .report import Row
+from .services import Unavailable
 
 SECTION = "5. ingestion throughput"
 FILES = 1_000
@@ -88,3 +93,68 @@ def files(dbs: Databases, folder: Path) -> list[Row]:
         base.append(_bulk(documents))
     dbs.fresh("ingest-files")
     return [_row(f"ingest of {FILES:,} .md files", _ingest(str(folder)), _best(base))]
+
+
+# ------------------------------------------------------------- 5b. HTML doc sets
+
+HTML_DOC_SETS = (
+    Path("/usr/share/doc/python-django-doc/html"),
+    Path("/usr/share/doc/python-pandas-doc/html"),
+    Path("/usr/share/doc/python-scipy-doc/html"),
+    Path("/usr/share/doc/postgresql-doc-15/html"),
+)
+HTML_PACKAGES = "python-django-doc python-pandas-doc python-scipy-doc postgresql-doc-15"
+# Every 4th page of each set (sorted): about 2,500 pages of four generators, same every run.
+HTML_EVERY = 4
+
+
+def html_pages() -> list[Path]:
+    missing = [str(root) for root in HTML_DOC_SETS if not root.is_dir()]
+    if missing:
+        raise Unavailable(f"{', '.join(missing)} missing (apt-get install {HTML_PACKAGES})")
+    return [page for root in HTML_DOC_SETS for page in sorted(root.rglob("*.html"))[::HTML_EVERY]]
+
+
+def _bare_lxml(pages: list[Path]) -> float:
+    """Read and parse every page with lxml, nothing else: the floor the issue compares to."""
+    parser = lxml.etree.HTMLParser(remove_comments=True, remove_pis=True, recover=True)
+    start = time.perf_counter()
+    for page in pages:
+        lxml.etree.fromstring(page.read_bytes(), parser)
+    return time.perf_counter() - start
+
+
+def _extract_only(pages: list[Path]) -> float:
+    """Extraction and chunking in this process, no database (where the time goes)."""
+    start = time.perf_counter()
+    parse_files([str(page) for page in pages], ParseOptions(chunk_size=1200, stem=False))
+    return time.perf_counter() - start
+
+
+def html(dbs: Databases) -> list[Row]:
+    """End-to-end ``ingest`` of the HTML doc sets, --jobs 1 and the default (one per core),
+    against a bare lxml parse of the same files in the same run (the ratio is ingest's
+    files/s over lxml's, on one core)."""
+    pages = html_pages()
+    paths = [str(page) for page in pages]
+    bare = min(_bare_lxml(pages) for _ in range(2))
+    extract = _extract_only(pages)
+    rows: list[Row] = []
+    jobs_default = default_jobs()
+    for jobs in (1, jobs_default) if jobs_default > 1 else (1,):
+        dbs.fresh(f"ingest-html-{jobs}")
+        chunks, elapsed = _ingest(*paths, jobs=jobs)
+        note = (
+            f"{len(pages)} pages, {chunks} chunks in {elapsed:.1f} s = {chunks / elapsed:,.0f} "
+            f"chunks/s, {len(pages) / elapsed:,.0f} files/s; bare lxml {bare:.2f} s "
+            f"({1000 * bare / len(pages):.2f} ms/page), extraction+chunking in one process "
+            f"{1000 * extract / len(pages):.2f} ms/page"
+        )
+        rows.append(Row(SECTION, f"ingest HTML doc sets, --jobs {jobs} (files/s)",
+                        len(pages) / elapsed, len(pages) / bare, "files/s", "bare lxml",
+                        None, note=note))  # fmt: skip
+        rows.append(Row(SECTION, f"ingest HTML doc sets, --jobs {jobs} (chunks/s)",
+                        chunks / elapsed, 2_000, "chunks/s", "issue 23 target",
+                        (">=", 1.0), note=note))  # fmt: skip
+        print(f"[bench] {note}", file=sys.stderr, flush=True)
+    return rows
