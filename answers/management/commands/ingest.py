@@ -162,8 +162,12 @@ class Command(BaseCommand):
         writer = _BatchWriter(group=group, chunk_size=chunk_size)
         show_progress = not options["no_progress"] and sys.stderr.isatty()
         progress = tqdm(
-            total=total, desc="Ingesting", unit="file", disable=not show_progress, file=sys.stderr
-        )
+            total=total, desc="Ingesting", unit="file", disable=not show_progress,
+            file=sys.stderr, postfix="0 files/s, 0 chunks/s",
+            # Our own rates in place of tqdm's: files and chunks over the whole run.
+            bar_format="{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} "
+            "[{elapsed}<{remaining}{postfix}]",
+        )  # fmt: skip
         started = time.perf_counter()
 
         def advance(files: int) -> None:
