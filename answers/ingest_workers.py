@@ -148,12 +148,12 @@ class ParsePool:
     def __enter__(self) -> ParsePool:
         if self.jobs > 1:
             try:
-                # forkserver: workers start from a clean process, not a fork of this one
-                # with its database connections and threads.
+                # fork where there is one: a worker starts in milliseconds and does not
+                # import the caller's __main__ again (spawn and forkserver run an unguarded
+                # script's top level once more in every worker). Workers never touch the
+                # inherited database connections, and exit with os._exit (no finalizers).
                 methods = multiprocessing.get_all_start_methods()
-                context = multiprocessing.get_context(
-                    "forkserver" if "forkserver" in methods else "spawn"
-                )
+                context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
                 self._executor = ProcessPoolExecutor(max_workers=self.jobs, mp_context=context)
             except (OSError, ValueError, NotImplementedError) as exc:
                 self._fall_back(f"cannot start {self.jobs} worker processes ({exc})")
