@@ -16,6 +16,7 @@ No Django imports: workers import only this module and ``answers.ingestion``.
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
 import os
 from collections import deque
@@ -154,7 +155,11 @@ class ParsePool:
                 # inherited database connections, and exit with os._exit (no finalizers).
                 methods = multiprocessing.get_all_start_methods()
                 context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
-                self._executor = ProcessPoolExecutor(max_workers=self.jobs, mp_context=context)
+                # gc.freeze in each worker: its collections skip the heap inherited from
+                # this process (Django and all), neither walking it nor copying its pages.
+                self._executor = ProcessPoolExecutor(
+                    max_workers=self.jobs, mp_context=context, initializer=gc.freeze
+                )
             except (OSError, ValueError, NotImplementedError) as exc:
                 self._fall_back(f"cannot start {self.jobs} worker processes ({exc})")
         return self

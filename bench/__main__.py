@@ -98,6 +98,7 @@ def main(argv: list[str]) -> int:
         )
         section("ingest files", lambda: ingest.files(dbs, folder / "files"))
         section("ingest html doc sets", lambda: ingest.html(dbs))
+        section("ingest html doc sets into postgresql", lambda: ingest.html_postgres(folder))
 
         def grown_corpus() -> list[Row]:
             dbs.fresh("retrieval")
