@@ -4,6 +4,8 @@ import math
 
 import pytest
 from django.db import connection
+from hypothesis import given
+from hypothesis import strategies as st
 
 from answers.conf import answers_settings
 from answers.models import Chunk, Document
@@ -254,3 +256,14 @@ def test_the_index_stems_words_of_one_family_together():
     ingest_text("t:stem", "Quuxing", "The quuxers quuxed while quuxing a quux.")
     for form in ("quux", "quuxing", "quuxed"):
         assert "Quuxing" in titles(form)
+
+
+@given(st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=40))
+def test_accent_folding_is_nfkd_without_combining_marks(text: str) -> None:
+    """The fast fold (non-ASCII runs only, one str.translate) is the plain definition."""
+    import unicodedata
+
+    from answers.search.stemming import _fold
+
+    decomposed = unicodedata.normalize("NFKD", text.lower())
+    assert _fold(text) == "".join(c for c in decomposed if not unicodedata.combining(c))
