@@ -552,3 +552,24 @@ def test_ingest_with_jobs_again_skips_unchanged_files(site: Path) -> None:
 def test_ingest_jobs_must_be_positive(site: Path) -> None:
     with pytest.raises(CommandError, match="--jobs must be at least 1"):
         run("ingest", str(site), "--jobs", "0")
+
+
+def test_ingest_without_worker_processes_says_so_and_ingests_everything(
+    site: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from answers import ingest_workers
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise OSError(38, "Function not implemented")
+
+    # The edge we do not own: the OS refusing processes (a sandbox, no /dev/shm).
+    monkeypatch.setattr(ingest_workers, "ProcessPoolExecutor", refuse)
+    stdout, stderr = run("ingest", str(site), "--jobs", "2")
+    counts = summary(stdout)
+    assert (counts["created"], counts["failed"]) == (50, 1)
+    lines = stderr.strip().splitlines()
+    assert lines[0] == (
+        "Ingest: cannot start 2 worker processes ([Errno 38] Function not implemented); "
+        "parsing the remaining files in this process."
+    )
+    assert len(lines) == 2 and lines[1].startswith("Skipped ")
