@@ -254,3 +254,22 @@ def test_the_index_stems_words_of_one_family_together():
     ingest_text("t:stem", "Quuxing", "The quuxers quuxed while quuxing a quux.")
     for form in ("quux", "quuxing", "quuxed"):
         assert "Quuxing" in titles(form)
+
+
+@pytest.mark.skipif(connection.vendor != "sqlite", reason="the SQLite FTS5 index")
+def test_remembered_stems_are_the_tokenizers_own(monkeypatch):
+    # Terms are run through FTS5's tokenizer once per process; a remembered stem must be
+    # what the scratch index gives, also after the bounded cache is cleared when full.
+    from answers.search import sqlite_fts5
+
+    backend = sqlite_fts5.SQLiteFTS5Backend()
+    terms = [*query_terms(" ".join(SCOPE_QUESTIONS)), "naïve", "---", "try"]
+    with connection.cursor() as cursor:
+        fresh = backend._tokenize(cursor, list(dict.fromkeys(terms)))
+        monkeypatch.setattr(sqlite_fts5, "_STEM_CACHE", {})
+        monkeypatch.setattr(sqlite_fts5, "_STEM_CACHE_SIZE", 5)
+        for start in range(0, len(terms), 3):  # fills and clears the cache several times
+            part = terms[start : start + 3]
+            assert backend._stems(cursor, part) == {t: fresh[t] for t in part if t in fresh}
+            assert len(sqlite_fts5._STEM_CACHE) <= 5
+        assert backend._stems(cursor, terms) == {t: fresh[t] for t in terms if t in fresh}
