@@ -227,7 +227,7 @@ def test_query_count_per_answer_does_not_depend_on_the_number_of_sources(
     assert len(queries) <= QUERIES_PER_ANSWER[connection.vendor], [q["sql"] for q in queries]
 
 
-QUERIES_PER_ANSWER = {"sqlite": 28, "postgresql": 25}
+QUERIES_PER_ANSWER = {"sqlite": 28, "postgresql": 24}
 
 
 def _query_count_with_one_source(asker, scripted, settings, question) -> int:

@@ -256,20 +256,36 @@ def test_the_index_stems_words_of_one_family_together():
         assert "Quuxing" in titles(form)
 
 
-@pytest.mark.skipif(connection.vendor != "sqlite", reason="the SQLite FTS5 index")
-def test_remembered_stems_are_the_tokenizers_own(monkeypatch):
-    # Terms are run through FTS5's tokenizer once per process; a remembered stem must be
-    # what the scratch index gives, also after the bounded cache is cleared when full.
-    from answers.search import sqlite_fts5
+def test_remembered_terms_are_the_tokenizers_own():
+    # A term goes through the database's tokenizer once per process (base.TermCache); what
+    # is remembered must be what the database gives, also once the bounded cache has been
+    # cleared for being full.
+    from answers.search import base
 
-    backend = sqlite_fts5.SQLiteFTS5Backend()
+    backend = get_search_backend()
     terms = [*query_terms(" ".join(SCOPE_QUESTIONS)), "naïve", "---", "try"]
-    with connection.cursor() as cursor:
-        fresh = backend._tokenize(cursor, list(dict.fromkeys(terms)))
-        monkeypatch.setattr(sqlite_fts5, "_STEM_CACHE", {})
-        monkeypatch.setattr(sqlite_fts5, "_STEM_CACHE_SIZE", 5)
-        for start in range(0, len(terms), 3):  # fills and clears the cache several times
-            part = terms[start : start + 3]
-            assert backend._stems(cursor, part) == {t: fresh[t] for t in part if t in fresh}
-            assert len(sqlite_fts5._STEM_CACHE) <= 5
-        assert backend._stems(cursor, terms) == {t: fresh[t] for t in terms if t in fresh}
+    cache = base.TermCache(size=5)
+    asked: list[list[str]] = []
+    fresh = base.TermCache().get_many(terms, lambda missing: _tokens(backend, missing))
+
+    def compute(missing: list[str]) -> dict[str, str]:
+        asked.append(missing)
+        return _tokens(backend, missing)
+
+    for start in range(0, len(terms), 3):  # fills and clears the cache several times
+        part = terms[start : start + 3]
+        assert cache.get_many(part, compute) == {t: fresh[t] for t in part}
+        assert len(cache._known) <= 5
+    asked.clear()
+    assert cache.get_many(terms[-2:], compute) == {t: fresh[t] for t in terms[-2:]}
+    assert asked == []  # remembered: the database is not asked again
+    assert fresh["---"] is None and fresh["try"]
+
+
+def _tokens(backend, terms: list[str]) -> dict[str, str]:
+    if connection.vendor == "sqlite":
+        with connection.cursor() as cursor:
+            return backend._tokenize(cursor, terms)
+    from answers.search.postgres import _lexemes_of
+
+    return _lexemes_of(terms)

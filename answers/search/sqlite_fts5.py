@@ -35,7 +35,7 @@ from django.db import connection
 from django.db.backends.utils import CursorWrapper
 
 from . import bm25
-from .base import SearchHit, query_terms
+from .base import SearchHit, TermCache, query_terms
 from .stemming import stem_text
 
 if TYPE_CHECKING:
@@ -98,11 +98,7 @@ SELECT t, count(*), sum(rowid NOT IN (SELECT value FROM json_each(%s)))
 FROM ({matches}) GROUP BY t
 """
 _ROWID_SQL = "SELECT {t} AS t, rowid FROM {fts} WHERE {fts} MATCH %s"
-# A term's stems never change (the tokenizer and the stemmer are fixed), so each term is
-# run through the scratch index once per process; the cache is bounded, and cleared whole
-# when full (terms seen again are cheap to redo).
-_STEM_CACHE: dict[str, str | None] = {}
-_STEM_CACHE_SIZE = 50_000
+_STEMS = TermCache()  # each term through the scratch index once per process
 _TOKENIZER = "unicode61 remove_diacritics 2"  # the text is stemmed already (migration 0007)
 
 
@@ -261,14 +257,7 @@ class SQLiteFTS5Backend:
     def _stems(self, cursor: CursorWrapper, terms: list[str]) -> dict[str, str]:
         """Each query term with its stem as the index stores it (stemmed as the triggers
         stem, then split by FTS5's own tokenizer); a term FTS5 finds no token in is left out."""
-        known = {term: _STEM_CACHE[term] for term in terms if term in _STEM_CACHE}
-        missing = list(dict.fromkeys(term for term in terms if term not in known))
-        if missing:
-            found = self._tokenize(cursor, missing)
-            known.update({term: found.get(term) for term in missing})
-            if len(_STEM_CACHE) + len(missing) > _STEM_CACHE_SIZE:
-                _STEM_CACHE.clear()
-            _STEM_CACHE.update({term: known[term] for term in missing})
+        known = _STEMS.get_many(terms, lambda missing: self._tokenize(cursor, missing))
         return {term: stem for term in terms if (stem := known[term]) is not None}
 
     @staticmethod
