@@ -560,7 +560,7 @@ def test_docs_page_is_html(client):
 
 
 def test_every_domain_refusal_has_its_http_status_in_the_one_table():
-    from answers import api, services
+    from answers import api, selectors, services
 
     def subclasses(cls):  # type: ignore[no-untyped-def]
         for sub in cls.__subclasses__():
@@ -568,7 +568,26 @@ def test_every_domain_refusal_has_its_http_status_in_the_one_table():
             yield from subclasses(sub)
 
     codes = {pipeline.AskRefused.code} | {cls.code for cls in subclasses(pipeline.AskRefused)}
-    codes.add(services.AnswerStillStreaming.code)
+    codes |= {services.AnswerStillStreaming.code, selectors.NotFound.code}
     assert codes <= set(api.HTTP_STATUS), codes - set(api.HTTP_STATUS)
     # The core carries no HTTP: no refusal names a status of its own.
     assert not any(hasattr(cls, "status") for cls in subclasses(pipeline.AskRefused))
+
+
+def test_every_error_response_is_built_from_the_one_table():
+    """api.py sets no status of its own: refusals go through ``_error`` and HTTP_STATUS."""
+    import ast
+    import inspect
+
+    from answers import api
+
+    calls = [
+        node for node in ast.walk(ast.parse(inspect.getsource(api))) if isinstance(node, ast.Call)
+    ]
+    arguments = [arg for call in calls for arg in (*call.args, *(k.value for k in call.keywords))]
+    numbers = {
+        arg.value
+        for arg in arguments
+        if isinstance(arg, ast.Constant) and isinstance(arg.value, int) and 400 <= arg.value < 600
+    }
+    assert not numbers, f"a status set by hand in api.py: {numbers}"
