@@ -273,6 +273,6 @@ LOGGING = {
     "loggers": {"django.db.backends": {"level": "WARNING"}},
 }
 
-# App settings: every key is optional; defaults and meaning are in answers/conf.py and README.
-# The environment sets the keys answers.conf.ENVIRONMENT_KEYS names, as ANSWERS_<KEY>.
+# App settings: every key is optional; defaults and meaning are in answers/conf.py
+# (docs/settings.md). The environment sets the keys declared there with an `env`.
 ANSWERS: dict[str, object] = dict(settings_from_environment(os.environ))
