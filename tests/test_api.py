@@ -12,7 +12,7 @@ from answers.citations import iter_markers
 from answers.conf import answers_settings
 from answers.models import Answer, Document, Feedback, Question
 from answers.pipeline import GENERIC_ERROR
-from tests.helpers import api_get, api_post, assert_json_error, bearer, start
+from tests.helpers import api_get, api_post, assert_json_error, bearer, bearer_token, start
 
 pytestmark = pytest.mark.django_db
 
@@ -273,7 +273,7 @@ def test_session_of_inactive_user_is_refused(asker):
 def _revoked(user) -> dict[str, str]:  # type: ignore[no-untyped-def]
     token, raw = services.api_token_create(user=user, name="old")
     services.api_token_revoke(token=token)
-    return {"HTTP_AUTHORIZATION": f"Bearer {raw}"}
+    return bearer(raw=raw)
 
 
 def _inactive(user) -> dict[str, str]:  # type: ignore[no-untyped-def]
@@ -288,10 +288,10 @@ BAD_CREDENTIALS = pytest.mark.parametrize(
     [
         lambda user: {},
         _revoked,
-        lambda user: {"HTTP_AUTHORIZATION": "Bearer ca_not-a-real-token"},
-        lambda user: {"HTTP_AUTHORIZATION": "Bearer "},
-        lambda user: {"HTTP_AUTHORIZATION": "Token " + bearer(user)["HTTP_AUTHORIZATION"][7:]},
-        lambda user: {"HTTP_AUTHORIZATION": "Bearer " + "x" * 300},
+        lambda user: bearer(raw="ca_not-a-real-token"),
+        lambda user: bearer(raw=""),
+        lambda user: {"HTTP_AUTHORIZATION": "Token " + bearer_token(user)},
+        lambda user: bearer(raw="x" * 300),
         _inactive,
     ],
     ids=["none", "revoked", "unknown", "empty", "wrong-scheme", "overlong", "inactive-user"],

@@ -9,7 +9,7 @@ from answers import pipeline
 from answers.citations import iter_markers
 from answers.models import Answer, Question, RetrievedSource
 from tests.corpus import RESTRICTED
-from tests.helpers import ask, start
+from tests.helpers import ask, fail_access_check, start
 
 pytestmark = pytest.mark.django_db
 
@@ -118,12 +118,7 @@ def test_a_group_member_gets_the_restricted_documents(member, scripted):
 
 
 def test_access_check_that_raises_fails_closed(asker, scripted, monkeypatch):
-    from answers import selectors
-
-    def broken(**kwargs):
-        raise RuntimeError("permission backend down")
-
-    monkeypatch.setattr(selectors, "document_visible_ids", broken)
+    fail_access_check(monkeypatch)
     run = start(user=asker, question="What is a lambda expression?")
     assert run.sources == []
     assert run.prompt.sources == ()
