@@ -1,6 +1,6 @@
 """Site settings for running Cited Answers as a project.
 
-Everything deployment-specific comes from the environment; see README "Configuration".
+Everything deployment-specific comes from the environment: docs/environment.md.
 """
 
 from __future__ import annotations
@@ -139,6 +139,7 @@ ASGI_APPLICATION = "config.asgi.application"
 DATABASES = {
     "default": dj_database_url.config(
         default=f"sqlite:///{BASE_DIR / 'db.sqlite3'}",
+        env="DATABASE_URL",
         conn_max_age=int(os.environ.get("DATABASE_CONN_MAX_AGE", "0")),
     )
 }

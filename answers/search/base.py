@@ -2,7 +2,7 @@
 
 A backend returns chunk ids with a *normalized* score: 0..1, higher is better, and
 comparable across corpora and query lengths, so one ``SCORE_THRESHOLD`` means the same
-everywhere. How each backend normalizes is documented on the backend and in the README;
+everywhere. How each backend normalizes is documented on the backend and in docs/scores.md;
 the built-in ones (SQLite FTS5, PostgreSQL) share one formula (``bm25``, ADR 0003, 0007).
 
 A search is scoped to the documents the asker may view (ADR 0009): the backend searches
