@@ -570,8 +570,42 @@ def test_every_domain_refusal_has_its_http_status_in_the_one_table():
     codes = {pipeline.AskRefused.code} | {cls.code for cls in subclasses(pipeline.AskRefused)}
     codes |= {services.AnswerStillStreaming.code, selectors.NotFound.code}
     assert codes <= set(api.HTTP_STATUS), codes - set(api.HTTP_STATUS)
-    # The core carries no HTTP: no refusal names a status of its own.
-    assert not any(hasattr(cls, "status") for cls in subclasses(pipeline.AskRefused))
+    # The core carries no HTTP: no error of the app names a status of its own.
+    for error in _errors_of_the_app():
+        carried = {
+            name: value
+            for klass in error.__mro__
+            if klass.__module__.startswith("answers.")
+            for name, value in vars(klass).items()
+        }
+        assert not [name for name in carried if "status" in name], error
+        assert not [
+            value for value in carried.values() if isinstance(value, int) and 400 <= value < 600
+        ], error
+
+
+def _errors_of_the_app() -> list[type[Exception]]:
+    """Every exception class the app's modules define (each module imported)."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    import answers
+
+    errors = []
+    for module_info in pkgutil.walk_packages(answers.__path__, "answers."):
+        if ".migrations" in module_info.name:
+            continue
+        module = importlib.import_module(module_info.name)
+        errors += [
+            value
+            for value in vars(module).values()
+            if inspect.isclass(value)
+            and issubclass(value, Exception)
+            and value.__module__ == module.__name__
+        ]
+    assert len(errors) >= 10, errors  # the walk found them (AskRefused, NotFound, ...)
+    return errors
 
 
 def test_every_error_response_is_built_from_the_one_table():

@@ -306,10 +306,26 @@ def test_selectors_only_query():
     import ast
 
     source = (REPO_ROOT / "answers" / "selectors.py").read_text()
-    imported = {
-        alias.name
-        for node in ast.walk(ast.parse(source))
-        if isinstance(node, ast.ImportFrom)
-        for alias in node.names
-    }
-    assert not imported & {"reverse", "render_answer_html", "safe_url", "source_anchor"}
+    imports = [node for node in ast.walk(ast.parse(source)) if isinstance(node, ast.ImportFrom)]
+    modules = {"." * node.level + (node.module or "") for node in imports}
+    names = {alias.name for node in imports for alias in node.names}
+    output = {"django.urls", "django.shortcuts", "django.utils.html", "django.utils.safestring"}
+    output |= {"django.template", "django.template.loader"}
+    output |= {".rendering", ".presenters", ".panels", ".markup"}
+    assert not modules & output, modules & output
+    assert not names & {"reverse", "render_answer_html", "safe_url", "source_anchor", "excerpt"}
+    assert "excerpt" not in source
+
+
+def test_the_sources_panel_is_one_template_file():
+    """Every page and the WebSocket render the Sources panel from one partial file."""
+    templates = [*(REPO_ROOT / "answers" / "templates").rglob("*.html")]
+    templates += [*(REPO_ROOT / "templates").rglob("*.html")]
+    defining = [
+        str(path.relative_to(REPO_ROOT))
+        for path in templates
+        if "data-sources-panel" in path.read_text()
+    ]
+    assert defining == ["answers/templates/answers/sources.html"], defining
+    panels = (REPO_ROOT / "answers" / "panels.py").read_text()
+    assert '"answers/sources.html#sources-panel"' in panels
