@@ -511,19 +511,24 @@ def _is_chrome(element: lxml.etree._Element, *, page_level: bool) -> bool:
 
 
 def _main_element(root: lxml.etree._Element) -> lxml.etree._Element:
-    """The page's main content: its one <main> (or role=main), else Django's documentation
-    theme's content column, else its one <article>, else the whole page."""
-    for path in _MAIN_PATHS:
-        found = path(root)
+    """The page's main content: its one <main> (or role=main), else the content column of
+    Django's documentation theme, else its one <article>, else the whole page."""
+    mains: list[lxml.etree._Element] = []
+    columns: list[lxml.etree._Element] = []
+    articles: list[lxml.etree._Element] = []
+    # One pass over the block elements that carry these, not an XPath per kind over every
+    # element: on Django's pages the XPaths cost as much as parsing.
+    for element in root.iter("main", "div", "section", "article"):
+        if element.tag == "main" or element.get("role") == "main":
+            mains.append(element)
+        elif element.get("id") == "yui-main":
+            columns.append(element)
+        elif element.tag == "article":
+            articles.append(element)
+    for found in (mains, columns, articles):
         if len(found) == 1:
             return found[0]
     return root
-
-
-_MAIN_PATHS = [
-    lxml.etree.XPath(path)
-    for path in ("//main | //*[@role='main']", "//*[@id='yui-main']", "//article")
-]
 
 
 def _extract_html(data: bytes) -> tuple[str | None, str]:
