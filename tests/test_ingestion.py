@@ -419,7 +419,7 @@ def site_chrome_texts(path: Path, site: str) -> set[str]:
     for container in chrome:
         if container.getparent() is not None:
             container.getparent().remove(container)
-    content = " ".join("".join(root.iter("body").__next__().itertext()).split())
+    content = " ".join("".join(next(root.iter("body")).itertext()).split())
     return {text for text in texts if len(text) > 2 and text not in content}
 
 
