@@ -434,6 +434,8 @@ def _place(
 # Every branch opens with a literal character, and none can backtrack over more than its
 # own line or block.
 # - A fence opener holding ``|`` may be a table's header row, so it goes to the parser.
+# - Indented code is off (``markdown_parser``), so a closing fence may be indented by any
+#   spaces and tabs, as the parser reads it (found by the oracle test).
 # - Any line starting a block (list, quote, heading, setext or table delimiter row, hr)
 #   goes to the parser; so without one there is no table and ``|`` is plain text.
 # - ``<`` before a run that could be an autolink goes to the parser only if the run holds
@@ -461,7 +463,7 @@ _FAST = re.compile(
     (?:
       (?P<reset>\n[ \t]*(?=\n[A-Za-z]))
     | \n(?P<fence>[ ]{0,3}(?P<mark>`{3,}(?=[^`\n]*(?:\n|\Z))|~{3,})[^\n|]*(?=\n|\Z)
-        (?:\n[\s\S]*?)??(?:\n[ ]{0,3}(?P=mark)(?:(?<=`)`*|(?<=~)~*)[ \t]*(?=\n|\Z)|\Z))
+        (?:\n[\s\S]*?)??(?:\n[ \t]*(?P=mark)(?:(?<=`)`*|(?<=~)~*)[ \t]*(?=\n|\Z)|\Z))
     | \n(?P<block>BLOCK)
     | (?P<other>``|[\r\t\uff3b\u3010])
     | <[^<>\x00-\x20`\[\]\\]*>
