@@ -41,6 +41,7 @@ from .models import (
     RetrievedSource,
 )
 from .providers.base import Usage
+from .registry import get_search_backend
 from .selectors import api_token_get_active
 from .support import citations_support
 from .types import Candidate, NumberedSource
@@ -482,6 +483,14 @@ def document_ingest(
             if not raced or attempt == INGEST_ATTEMPTS - 1:
                 raise
     raise AssertionError("unreachable")
+
+
+def search_index_maintain() -> None:
+    """After a bulk ingest: let the search backend tidy its index (``maintain()``, optional
+    for third-party backends), so the first questions do not pay for the load."""
+    maintain = getattr(get_search_backend(), "maintain", None)
+    if callable(maintain):
+        maintain()
 
 
 def document_save(*, document: Document, chunk_size: int) -> Document:

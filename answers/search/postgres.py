@@ -253,6 +253,17 @@ class PostgreSQLBackend:
             .values_list("pk", "bm25")[:limit]
         )
 
+    def maintain(self) -> None:
+        """After a bulk write: fold the ledger's dead rows away and refresh the planner's
+        statistics, which autovacuum would do later (or never, where it is off). A
+        ledger left with a bulk load's dead rows made every question's statistics read
+        38 ms instead of 0.1 (1.2M dead rows after the four Debian doc sets)."""
+        with connection.cursor() as cursor:
+            if not connection.in_atomic_block:  # VACUUM cannot run in a transaction
+                cursor.execute("VACUUM (ANALYZE) answers_search_stats")
+            for table in ("answers_search_stats", "answers_chunk", "answers_document"):
+                cursor.execute(f"ANALYZE {table}")
+
     def lexemes(self, terms: list[str]) -> list[str]:
         """Each term's lexeme, one per term in order (duplicates kept: each is a term of
         the query, as each is an FTS5 phrase); terms that yield none are dropped."""

@@ -235,6 +235,11 @@ class SQLiteFTS5Backend:
         )
         return [(int(pk), float(raw)) for pk, raw in cursor.fetchall()]
 
+    def maintain(self) -> None:
+        """After a bulk write: refresh the query planner's statistics where they are stale."""
+        with connection.cursor() as cursor:
+            cursor.execute("PRAGMA optimize")
+
     def plan(self, cursor: CursorWrapper, query: str) -> tuple[str, float] | None:
         """The MATCH expression for ``query`` and the bound its scores are divided by."""
         planned = self._plan(cursor, query)

@@ -173,6 +173,8 @@ class Command(BaseCommand):
                 continue
             counts[result.outcome] += 1
             chunks += result.chunks if result.outcome != "unchanged" else 0
+        if counts["created"] or counts["updated"]:
+            services.search_index_maintain()
         self.stdout.write(
             f"Ingested {len(items)} document(s): {counts['created']} created, "
             f"{counts['updated']} updated, {counts['unchanged']} unchanged, "
