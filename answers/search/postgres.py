@@ -261,6 +261,9 @@ class PostgreSQLBackend:
         with connection.cursor() as cursor:
             if not connection.in_atomic_block:  # VACUUM cannot run in a transaction
                 cursor.execute("VACUUM (ANALYZE) answers_search_stats")
+            # New vectors wait in the GIN index's pending list, which every search scans
+            # in full until it is merged (fastupdate): merge it now.
+            cursor.execute("SELECT gin_clean_pending_list('answers_chunk_search_vector')")
             for table in ("answers_search_stats", "answers_chunk", "answers_document"):
                 cursor.execute(f"ANALYZE {table}")
 
