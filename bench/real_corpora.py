@@ -16,14 +16,13 @@ from __future__ import annotations
 import io
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from . import services
-from .postgres import REPO, TIMEOUT, _database
+from .postgres import REPO, _database
 from .report import Row, median, p95
 
 SECTION = "12. questions among real documentation"
@@ -96,16 +95,7 @@ def measure() -> dict[str, Any]:
 
 
 def _child(database_url: str) -> dict[str, Any]:
-    env = {**os.environ, "DATABASE_URL": database_url}
-    done = subprocess.run(
-        [sys.executable, "-m", "bench.real_corpora"],
-        cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-        text=True, timeout=TIMEOUT, check=False,
-    )  # fmt: skip
-    if done.returncode:
-        raise RuntimeError(f"python -m bench.real_corpora failed ({done.returncode})")
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return result
+    return services.child_json("bench.real_corpora", database_url)
 
 
 def _rows(result: dict[str, Any]) -> list[Row]:

@@ -289,3 +289,34 @@ def _tokens(backend, terms: list[str]) -> dict[str, str]:
     from answers.search.postgres import _lexemes_of
 
     return _lexemes_of(terms)
+
+
+@pytest.mark.skipif(connection.vendor != "sqlite", reason="the SQLite FTS5 index")
+@pytest.mark.parametrize("limit", [1, 5, 40])
+def test_the_bounded_scoped_search_ranks_as_scoring_every_match(asker, monkeypatch, limit):
+    # An outsider's search scores only the chunks holding the rarer stems when that
+    # provably suffices (MaxScore); forced to try it on every question, the hits and
+    # scores must be those of scoring every match.
+    from answers.search import sqlite_fts5
+    from answers.selectors import document_list_visible
+
+    backend = sqlite_fts5.SQLiteFTS5Backend()
+    scope = document_list_visible(user=asker)
+    bounded_runs: list[list[str]] = []
+    rank = sqlite_fts5.SQLiteFTS5Backend._scoped_rank
+
+    def spy(*args, candidates=None, **kwargs):  # type: ignore[no-untyped-def]
+        if candidates is not None:
+            bounded_runs.append(candidates)
+        return rank(*args, candidates=candidates, **kwargs)
+
+    monkeypatch.setattr(sqlite_fts5.SQLiteFTS5Backend, "_scoped_rank", staticmethod(spy))
+    for question in [*SCOPE_QUESTIONS, "statement expression value object function name"]:
+        monkeypatch.setattr(sqlite_fts5, "CANDIDATE_SHARE", 1.0)
+        bounded = backend.search(question, limit=limit, documents=scope)
+        monkeypatch.setattr(sqlite_fts5, "CANDIDATE_SHARE", 0.0)
+        every = backend.search(question, limit=limit, documents=scope)
+        assert [h.chunk_id for h in bounded] == [h.chunk_id for h in every], question
+        for mine, theirs in zip(bounded, every, strict=True):
+            assert mine.score == pytest.approx(theirs.score, rel=1e-12), question
+    assert bounded_runs  # the bounded pass did run

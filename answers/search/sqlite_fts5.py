@@ -20,7 +20,9 @@ those of the chunks out of scope (lengths kept per chunk by migration 0005's tri
 each term's chunk count is its matching rowids (FTS5 walks its doclist) that are in
 scope; each term's frequency in a chunk is solved from that term's whole-table
 ``bm25()``, then rescored with the scope's statistics (``_SCOPED_BM25_SQL``). Each step
-is linear in the postings of the question's terms or in the chunks out of scope.
+is linear in the postings of the question's terms or in the chunks out of scope; as for
+FTS5's own ranking (ADR 0027), the common terms' ``bm25()`` is computed only for the
+chunks holding a rarer term when their ceilings prove the rest cannot enter the result.
 """
 
 from __future__ import annotations
@@ -98,6 +100,13 @@ SELECT t, count(*), sum(rowid NOT IN (SELECT value FROM json_each(%s)))
 FROM ({matches}) GROUP BY t
 """
 _ROWID_SQL = "SELECT {t} AS t, rowid FROM {fts} WHERE {fts} MATCH %s"
+# The bounded scoped top-k: the chunks holding a rarer stem, found without ranking; the
+# other stems' bm25() then runs on those only (CROSS JOIN keeps FTS5 the outer loop).
+_CANDIDATES_CTE = "cand(id) AS MATERIALIZED (SELECT rowid FROM {fts} WHERE {fts} MATCH %s),"
+_CANDIDATE_MATCH_SQL = (
+    "SELECT {t}, f.rowid, -bm25({fts}, {title}, 1.0) FROM {fts} AS f "
+    "CROSS JOIN cand ON cand.id = f.rowid WHERE {fts} MATCH %s"
+)
 _STEMS = TermCache()  # each term through the scratch index once per process
 _TOKENIZER = "unicode61 remove_diacritics 2"  # the text is stemmed already (migration 0007)
 
@@ -373,23 +382,82 @@ class SQLiteFTS5Backend:
         if not held:
             return []
         all_avgdl = float(sum(column_tokens)) / float(all_rows)
-        matches = " UNION ALL ".join(
-            _MATCH_SQL.format(t=t, fts=FTS_TABLE, title=float(bm25.TITLE_WEIGHT))
-            for t in range(len(held))
-        )
+        # Per stem: its whole-table idf (to solve for the frequency) and its scoped weight,
+        # once per query term that has it (FTS5 phrases).
+        weights = {
+            stem: (bm25.idf(all_counts[stem], all_rows), idfs[stem] * useful.count(stem))
+            for stem in held
+        }
+        averages = (all_avgdl, avgdl)
+        scored = self._scoped_top(cursor, held, weights, doc_counts, averages, excluded_ids, limit)
+        return [SearchHit(chunk_id=pk, score=min(1.0, raw / bound)) for pk, raw in scored]
+
+    def _scoped_top(
+        self,
+        cursor: CursorWrapper,
+        held: list[str],
+        weights: dict[str, tuple[float, float]],
+        doc_counts: dict[str, int],
+        averages: tuple[float, float],
+        excluded_ids: str,
+        limit: int,
+    ) -> list[Row]:
+        """The best ``limit`` chunks in scope, as scoring every match orders them, scoring
+        only the chunks holding the rarer stems when that provably suffices (MaxScore, as
+        ``_top`` does for FTS5's own ranking, ADR 0027): a stem adds strictly less than
+        ``(k1+1)`` times its scoped weight, so when the ``limit``-th candidate is at or
+        above the other stems' ceilings together, no chunk holding only those can enter."""
+        by_rarity = sorted(held, key=lambda stem: (doc_counts[stem], stem))
+        rare, found = [], 0
+        for stem in by_rarity:
+            rare.append(stem)
+            found += doc_counts[stem]
+            if found >= limit:
+                break
+        common = by_rarity[len(rare) :]
+        total = sum(doc_counts[stem] for stem in held)
+        if common and found <= total * CANDIDATE_SHARE:
+            scored = self._scoped_rank(
+                cursor, held, weights, averages, excluded_ids, limit, candidates=rare
+            )
+            floor = scored[-1][1] if len(scored) == limit else 0.0
+            if sum((bm25.K1 + 1) * weights[stem][1] for stem in common) <= floor:
+                return scored
+        return self._scoped_rank(cursor, held, weights, averages, excluded_ids, limit)
+
+    @staticmethod
+    def _scoped_rank(
+        cursor: CursorWrapper,
+        held: list[str],
+        weights: dict[str, tuple[float, float]],
+        averages: tuple[float, float],
+        excluded_ids: str,
+        limit: int,
+        *,
+        candidates: list[str] | None = None,
+    ) -> list[Row]:
+        """``_SCOPED_BM25_SQL`` over the chunks holding any of ``candidates`` (every match
+        when None): the other stems' bm25() is then computed for those chunks only."""
+        parts: list[str] = []
+        params: list[str | int | float] = []
+        if candidates is not None:
+            params.append(" OR ".join(_quote(c) for c in candidates))
+        for t, stem in enumerate(held):
+            restricted = candidates is not None and stem not in candidates
+            part = _CANDIDATE_MATCH_SQL if restricted else _MATCH_SQL
+            parts.append(part.format(t=t, fts=FTS_TABLE, title=float(bm25.TITLE_WEIGHT)))
+            params.append(_quote(stem))
         sql = _SCOPED_BM25_SQL.format(
-            matches=matches,
+            matches=" UNION ALL ".join(parts),
             terms=", ".join(["(%s, %s, %s)"] * len(held)),
             lengths=LENGTH_TABLE,
             k1=float(bm25.K1),
             b=float(bm25.B),
         )
-        params: list[str | int | float] = [_quote(stem) for stem in held]
+        if candidates is not None:
+            sql = sql.replace("WITH ", "WITH " + _CANDIDATES_CTE.format(fts=FTS_TABLE), 1)
         for t, stem in enumerate(held):
-            # A stem weighs its scoped idf once per query term that has it (FTS5 phrases).
-            params += [t, bm25.idf(all_counts[stem], all_rows), idfs[stem] * useful.count(stem)]
-        params += [excluded_ids, all_avgdl, avgdl, limit]
+            params += [t, *weights[stem]]
+        params += [excluded_ids, *averages, limit]
         cursor.execute(sql, params)
-        return [
-            SearchHit(chunk_id=pk, score=min(1.0, raw / bound)) for pk, raw in cursor.fetchall()
-        ]
+        return [(int(pk), float(raw)) for pk, raw in cursor.fetchall()]
