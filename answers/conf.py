@@ -110,6 +110,15 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting("CANDIDATES", 40, "Chunks fetched from the search backend.", 1, 1000),
     Setting("MAX_CHUNKS_PER_DOCUMENT", 2, "Chunks of one document passed to the model.", 1, 50),
+    Setting(
+        "NEAR_DUPLICATE_SIMILARITY",
+        0.8,
+        "A source whose document's estimated similarity (MinHash of word 3-shingles) to a "
+        "higher-ranked kept source's is at least this is dropped as a near-duplicate, after "
+        "the access check (0: off; ADR 0032).",
+        0.0,
+        1.0,
+    ),
     Setting("MAX_SOURCES", 6, "Distinct documents numbered as sources.", 1, 100),
     Setting(
         "MAX_QUESTION_LENGTH",
