@@ -118,6 +118,7 @@ SETTINGS: tuple[Setting, ...] = (
         "the access check (0: off; ADR 0032).",
         0.0,
         1.0,
+        env="ANSWERS_NEAR_DUPLICATE_SIMILARITY",
     ),
     Setting("MAX_SOURCES", 6, "Distinct documents numbered as sources.", 1, 100),
     Setting(

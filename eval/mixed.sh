@@ -7,6 +7,7 @@
 #   EVAL_DATABASE_URL        demo alone (default: make eval's eval-db.sqlite3)
 #   EVAL_MIXED_DATABASE_URL  the mixed corpus (default: eval-mixed-db.sqlite3)
 #   EVAL_MIXED_COPIES        extra copies of the doc sets (default 0)
+#   EVAL_MIXED_RUNS          where the runs are saved (default: eval-mixed-runs)
 #   EVAL_ARGS                more options for both evaluate runs (--misses, ...)
 set -eu
 cd "$(dirname "$0")/.."
@@ -18,7 +19,7 @@ COPIES=${EVAL_MIXED_COPIES:-0}
 PACKAGES="python-django-doc postgresql-doc-15 python-scipy-doc python-pandas-doc"
 SETS="eval/python-docs.dev.jsonl eval/python-docs.test.jsonl eval/handbook.dev.jsonl
   eval/handbook.test.jsonl eval/off-topic.dev.jsonl eval/off-topic.test.jsonl"
-RUNS=eval-mixed-runs
+RUNS=${EVAL_MIXED_RUNS:-eval-mixed-runs}
 export DJANGO_DEBUG=1
 mkdir -p "$RUNS"
 
