@@ -96,6 +96,14 @@ SETTINGS: tuple[Setting, ...] = (
         1.0,
     ),
     Setting(
+        "RANK_API_TITLE_PENALTY",
+        0.1,
+        "Document ranking: taken off an API reference page (titled by one dotted name, "
+        "`pandas.Series.str.join`) for a question that names no code (0: off; ADR 0032).",
+        0.0,
+        1.0,
+    ),
+    Setting(
         "REWRITE_FOLLOWUPS",
         False,
         "Before retrieval, have the provider rewrite a follow-up into a standalone question "

@@ -89,6 +89,7 @@ def select_sources(
         question=question,
         title_weight=float(answers_settings.RANK_TITLE_WEIGHT),
         size_prior=float(answers_settings.RANK_SIZE_PRIOR),
+        api_title_penalty=float(answers_settings.RANK_API_TITLE_PENALTY),
     )
 
     reranker = get_reranker()
