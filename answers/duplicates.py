@@ -61,6 +61,6 @@ def signature_similarity(first: bytes | memoryview, second: bytes | memoryview) 
     if not a or not b:
         return 0.0
     # The k smallest of the union of the two bodies' shingles are the k smallest of the
-    # union of their signatures; the share of them in both estimates |A ∩ B| / |A ∪ B|.
+    # union of their signatures; the share of them in both estimates |A and B| / |A or B|.
     union = heapq.nsmallest(HASHES, a | b)
     return sum(1 for h in union if h in a and h in b) / len(union)
