@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import importlib
+
+import pytest
+from django.apps import apps as django_apps
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from answers import services
 from answers.duplicates import HASHES, body_signature, shingles, signature_similarity
+from answers.models import Document
+from tests.corpus import ingest_text
 
 words = st.lists(st.from_regex(r"[a-z]{1,8}", fullmatch=True), min_size=0, max_size=300)
 bodies = words.map(" ".join)
@@ -65,3 +72,28 @@ def test_no_signature_is_no_duplicate() -> None:
     assert signature_similarity(b"", signature) == 0.0
     assert signature_similarity(memoryview(signature), signature) == 1.0  # PostgreSQL bytea
     assert len(body_signature(" ".join(f"w{i}" for i in range(1000)))) == HASHES * 8
+
+
+# The stored signature (answers.services, migration 0012)
+
+
+@pytest.mark.django_db
+def test_ingest_and_save_store_the_bodys_signature() -> None:
+    body = "The zorblat flange is calibrated with a brass wrenchlet every spring."
+    document = ingest_text("dup-test:a", "Zorblat", body).document
+    document.refresh_from_db()
+    assert bytes(document.near_signature) == body_signature(body)
+    document.body = "A quimbly sprocket is greased with goose fat every month."
+    services.document_save(document=document, chunk_size=1200)
+    document.refresh_from_db()
+    assert bytes(document.near_signature) == body_signature(document.body)
+
+
+@pytest.mark.django_db
+def test_the_migration_backfills_existing_documents() -> None:
+    document = ingest_text("dup-test:b", "Zorblat", "words of an older document").document
+    Document.objects.filter(pk=document.pk).update(near_signature=None)
+    backfill = importlib.import_module("answers.migrations.0012_document_near_signature").backfill
+    backfill(django_apps, None)
+    document.refresh_from_db()
+    assert bytes(document.near_signature) == body_signature("words of an older document")
