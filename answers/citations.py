@@ -1081,11 +1081,8 @@ class MarkerStreamFilter:
         self._tail_length = len(rest)
         self._tail_emitted -= len(done_stripped)
 
-    def take_new_citations(self, emitted_text: str | None = None) -> list[int]:
-        """Numbers first cited by the text emitted since the last call.
-
-        ``emitted_text`` is accepted for compatibility and ignored: the filter already
-        knows which markers it has shown, so nothing is scanned again.
-        """
+    def take_new_citations(self) -> list[int]:
+        """Numbers first cited by the text emitted since the last call (the filter knows
+        which markers it has shown, so nothing is scanned again)."""
         new, self._pending_citations = self._pending_citations, []
         return new

@@ -281,13 +281,7 @@ SETTINGS: tuple[Setting, ...] = (
     ),
 )
 
-SETTINGS_BY_NAME: dict[str, Setting] = {setting.name: setting for setting in SETTINGS}
 DEFAULTS: dict[str, Any] = {setting.name: setting.default for setting in SETTINGS}
-
-# Keys a project can take from the environment (config/settings.py does, README
-# "Configuration"): the value is converted to the type of the key's default, and
-# answers.checks checks it like any other.
-ENVIRONMENT_KEYS = tuple(setting.name for setting in SETTINGS if setting.env)
 
 
 def settings_from_environment(environ: Mapping[str, str]) -> dict[str, Any]:

@@ -38,6 +38,8 @@ AnyUser = User | AnonymousUser
 class NotFound(Exception):
     """The object does not exist, or is not the caller's to see (the two look the same)."""
 
+    code = "not_found"
+
 
 # The largest primary key a big integer column holds: larger ids are refused, not looked up.
 MAX_ID = 2**63 - 1

@@ -254,3 +254,38 @@ def test_the_index_stems_words_of_one_family_together():
     ingest_text("t:stem", "Quuxing", "The quuxers quuxed while quuxing a quux.")
     for form in ("quux", "quuxing", "quuxed"):
         assert "Quuxing" in titles(form)
+
+
+def test_remembered_terms_are_the_tokenizers_own():
+    # A term goes through the database's tokenizer once per process (base.TermCache); what
+    # is remembered must be what the database gives, also once the bounded cache has been
+    # cleared for being full.
+    from answers.search import base
+
+    backend = get_search_backend()
+    terms = [*query_terms(" ".join(SCOPE_QUESTIONS)), "naïve", "---", "try"]
+    cache = base.TermCache(size=5)
+    asked: list[list[str]] = []
+    fresh = base.TermCache().get_many(terms, lambda missing: _tokens(backend, missing))
+
+    def compute(missing: list[str]) -> dict[str, str]:
+        asked.append(missing)
+        return _tokens(backend, missing)
+
+    for start in range(0, len(terms), 3):  # fills and clears the cache several times
+        part = terms[start : start + 3]
+        assert cache.get_many(part, compute) == {t: fresh[t] for t in part}
+        assert len(cache._known) <= 5
+    asked.clear()
+    assert cache.get_many(terms[-2:], compute) == {t: fresh[t] for t in terms[-2:]}
+    assert asked == []  # remembered: the database is not asked again
+    assert fresh["---"] is None and fresh["try"]
+
+
+def _tokens(backend, terms: list[str]) -> dict[str, str]:
+    if connection.vendor == "sqlite":
+        with connection.cursor() as cursor:
+            return backend._tokenize(cursor, terms)
+    from answers.search.postgres import _lexemes_of
+
+    return _lexemes_of(terms)

@@ -44,7 +44,7 @@ from django.db.models.expressions import RawSQL
 
 from ..models import Chunk, Document
 from . import bm25
-from .base import SearchHit, query_terms
+from .base import SearchHit, TermCache, query_terms
 
 CONFIG = "answers_english"  # created by migration 0004
 
@@ -81,6 +81,9 @@ SELECT t.ord, (
 )
 FROM unnest(%s::text[]) WITH ORDINALITY AS t(term, ord)
 """  # noqa: S608 (CONFIG is a constant)
+
+
+_LEXEMES = TermCache()  # each term through to_tsvector once per process
 
 
 def _tsquery(lexemes: Sequence[str]) -> SearchQuery:
@@ -253,9 +256,12 @@ class PostgreSQLBackend:
     def lexemes(self, terms: list[str]) -> list[str]:
         """Each term's lexeme, one per term in order (duplicates kept: each is a term of
         the query, as each is an FTS5 phrase); terms that yield none are dropped."""
-        if not terms:
-            return []
-        with connection.cursor() as cursor:
-            cursor.execute(_LEXEMES_SQL, [terms])
-            found = dict(cursor.fetchall())
-        return [found[position] for position in range(1, len(terms) + 1) if found[position]]
+        known = _LEXEMES.get_many(terms, _lexemes_of)
+        return [lexeme for term in terms if (lexeme := known[term])]
+
+
+def _lexemes_of(terms: list[str]) -> dict[str, str]:
+    with connection.cursor() as cursor:
+        cursor.execute(_LEXEMES_SQL, [terms])
+        found = dict(cursor.fetchall())
+    return {term: found[position] for position, term in enumerate(terms, 1) if found[position]}
