@@ -110,6 +110,7 @@ def candidates_for_hits(*, hits: Iterable[tuple[int, float]]) -> list[Candidate]
         "document__title",
         "document__url",
         "document__access",
+        "document__near_signature",
     )
     by_id = {chunk.pk: chunk for chunk in chunks.filter(pk__in=[c for c, _ in hit_list])}
     # Each candidate document's size in chunks (answers.ranking): one grouped count over
@@ -137,6 +138,8 @@ def candidates_for_hits(*, hits: Iterable[tuple[int, float]]) -> list[Candidate]
                 score=score,
                 document_chunks=sizes.get(chunk.document.pk, 1),
                 document_public=chunk.document.access == Document.Access.EVERYONE,
+                # PostgreSQL returns bytea as a memoryview.
+                document_signature=bytes(chunk.document.near_signature or b""),
             )
         )
     return candidates

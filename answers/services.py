@@ -27,6 +27,7 @@ from django.utils import timezone
 
 from .citations import FinalizedCitations, finalize_citations, strip_out_of_range_markers
 from .conf import answers_settings
+from .duplicates import body_signature
 from .ingestion import ChunkSpan, chunk_text, content_hash
 from .models import (
     Answer,
@@ -467,6 +468,7 @@ def document_ingest(
                     url or document.url,
                     digest,
                 )
+                document.near_signature = body_signature(body)
                 document.save()
                 if spans is None:
                     spans = chunk_text(body, size=chunk_size)
@@ -498,6 +500,8 @@ def document_save(*, document: Document, chunk_size: int) -> Document:
     digest = content_hash(document.body)
     changed = document.pk is None or digest != document.content_hash
     document.content_hash = digest
+    if changed:
+        document.near_signature = body_signature(document.body)
     with transaction.atomic():
         document.save()
         if changed:
