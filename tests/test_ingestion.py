@@ -323,14 +323,16 @@ def test_html_landmarks_and_generator_navigation() -> None:
         "<p>Text</p><footer>Section footer kept</footer></section>"
         '<div class="sphinxsidebar">Search box</div><div role="contentinfo">Legal</div></body>'
     )
-    doc = extract_text(data=page.encode(), suffix=".html", fallback_title="f")
-    assert doc.body == "## Kept\n\nText\n\nSection footer kept"
+    assert html_body(page) == "## Kept\n\nText\n\nSection footer kept"
+
+
+def html_body(page: str) -> str:
+    return extract_text(data=page.encode(), suffix=".html", fallback_title="f").body
 
 
 def test_html_two_mains_fall_back_to_the_page_less_chrome() -> None:
     page = "<nav>Menu</nav><article><p>One</p></article><article><p>Two</p></article>"
-    doc = extract_text(data=page.encode(), suffix=".html", fallback_title="f")
-    assert doc.body == "One\n\nTwo"
+    assert html_body(page) == "One\n\nTwo"
 
 
 def test_html_asides_in_the_main_content_are_the_pages_own() -> None:
@@ -341,10 +343,9 @@ def test_html_asides_in_the_main_content_are_the_pages_own() -> None:
         "<p class='sidebar-title'>Hello</p><p>Side note</p></aside>"
         "<div class='prev-next-area'>previous</div></main><div class='sidebar'>Menu</div></body>"
     )
-    doc = extract_text(data=page.encode(), suffix=".html", fallback_title="f")
-    assert doc.body == "Text\n\nHello\n\nSide note"
+    assert html_body(page) == "Text\n\nHello\n\nSide note"
     page = "<body><p>Text</p><aside>Site links</aside><div class='sidebar'>Menu</div></body>"
-    assert extract_text(data=page.encode(), suffix=".html", fallback_title="f").body == "Text"
+    assert html_body(page) == "Text"
 
 
 def test_html_sphinx_permalinks_and_source_links_are_dropped() -> None:
@@ -353,8 +354,7 @@ def test_html_sphinx_permalinks_and_source_links_are_dropped() -> None:
         '<dt>f(x)<a class="reference external" href="s.py"><span class="viewcode-link">'
         '<span class="pre">[source]</span></span></a></dt></div>'
     )
-    doc = extract_text(data=page.encode(), suffix=".html", fallback_title="f")
-    assert doc.body == "# Title\n\nf(x)"
+    assert html_body(page) == "# Title\n\nf(x)"
 
 
 # Real pages of five documentation sites (tests/data/real_sites/README.md): each site's
