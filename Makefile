@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 HOST   ?= 127.0.0.1
 PORT   ?= 8000
 
-.PHONY: run test lint typecheck pytest bench eval clean
+.PHONY: run test lint typecheck pytest bench eval eval-mixed clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -58,6 +58,11 @@ eval: $(VENV)/.installed
 	  eval/handbook.dev.jsonl eval/handbook.test.jsonl \
 	  eval/off-topic.dev.jsonl eval/off-topic.test.jsonl \
 	  --answers --support-labels eval/support.jsonl $(EVAL_ARGS)
+
+# The same sets on the demo corpus plus four Debian HTML doc sets (installed when missing),
+# side by side with the demo corpus alone: eval/mixed.sh, docs/evaluation.md.
+eval-mixed: $(VENV)/.installed
+	EVAL_DATABASE_URL=$(EVAL_DATABASE_URL) eval/mixed.sh
 
 bench: $(VENV)/.installed-dev
 	$(BIN)/python -m bench $(BENCH_ARGS)

@@ -124,53 +124,65 @@ class InvalidOut(Schema):
     code: str | None = None
 
 
-# The one table from a domain error's code to this transport's status.
+# The one table from an error's code to this transport's status: every domain error's
+# (pipeline.AskRefused and its kinds, services.AnswerStillStreaming, selectors.NotFound) and
+# the few this transport raises itself. Every error response is built by ``_error``.
 HTTP_STATUS: dict[str, int] = {
-    "invalid": 400,
+    "invalid": 422,  # as the validator's own refusals
     "invalid_question": 422,
     "forbidden": 403,
     "not_found": 404,
+    "too_large": 413,
     "rate_limited": 429,
     "not_streaming": 409,
     "streaming": 409,
+    "generation_failed": 502,
     "unavailable": 503,
     "busy": 503,
 }
 
 
-def _refusal(
-    request: HttpRequest, *, message: str, code: str, answer: Answer | None
+def _error(
+    request: HttpRequest,
+    *,
+    code: str,
+    message: str,
+    answer: Answer | None = None,
+    answer_id: int | None = None,
+    retry_after: int | None = None,
 ) -> HttpResponse:
     body: dict[str, Any] = {"detail": message, "code": code}
     if answer is not None:  # a conflict says which answer, and its state now
         body |= {"answer_id": answer.pk, "status": answer.status}
-    return api.create_response(request, body, status=HTTP_STATUS[code])
+    elif answer_id is not None:
+        body["answer_id"] = answer_id
+    response = api.create_response(request, body, status=HTTP_STATUS[code])
+    if retry_after is not None:
+        response["Retry-After"] = str(retry_after)
+    return response
 
 
 @api.exception_handler(pipeline.AskRefused)
 def _ask_refused(request: HttpRequest, exc: pipeline.AskRefused) -> HttpResponse:
-    response = _refusal(request, message=exc.message, code=exc.code, answer=exc.answer)
-    if exc.retry_after is not None:
-        response["Retry-After"] = str(exc.retry_after)
-    return response
+    return _error(
+        request, code=exc.code, message=exc.message, answer=exc.answer, retry_after=exc.retry_after
+    )
 
 
 @api.exception_handler(services.AnswerStillStreaming)
 def _still_streaming(request: HttpRequest, exc: services.AnswerStillStreaming) -> HttpResponse:
-    return _refusal(request, message=str(exc), code=exc.code, answer=exc.answer)
+    return _error(request, code=exc.code, message=str(exc), answer=exc.answer)
+
+
+@api.exception_handler(selectors.NotFound)
+def _not_found(request: HttpRequest, exc: selectors.NotFound) -> HttpResponse:
+    return _error(request, code=exc.code, message="Not found.")
 
 
 @api.exception_handler(RequestDataTooBig)
 def _too_large(request: HttpRequest, exc: RequestDataTooBig) -> HttpResponse:
     # A body over DATA_UPLOAD_MAX_MEMORY_SIZE: refused as what it is, not a 500.
-    return api.create_response(
-        request, {"detail": "The request body is too large.", "code": "too_large"}, status=413
-    )
-
-
-@api.exception_handler(selectors.NotFound)
-def _not_found(request: HttpRequest, exc: selectors.NotFound) -> HttpResponse:
-    return api.create_response(request, {"detail": "Not found.", "code": "not_found"}, status=404)
+    return _error(request, code="too_large", message="The request body is too large.")
 
 
 @api.post(
@@ -218,9 +230,8 @@ async def create_answer(request: HttpRequest, payload: AskIn) -> Any:
         conversation_id=payload.conversation_id,
     )
     if isinstance(last, pipeline.ErrorEvent):
-        return Status(
-            502,
-            {"detail": last.message, "code": "generation_failed", "answer_id": last.answer_id},
+        return _error(
+            request, code="generation_failed", message=last.message, answer_id=last.answer_id
         )
     return last.answer.to_dict()
 
@@ -261,8 +272,8 @@ async def follow_answer(
     if after is None:
         header = request.headers.get("Last-Event-ID", "").strip()
         if header and not (header.isascii() and header.isdigit() and len(header) < 19):
-            return Status(
-                422, {"detail": "Last-Event-ID must be a sequence number.", "code": "invalid"}
+            return _error(
+                request, code="invalid", message="Last-Event-ID must be a sequence number."
             )
         after = int(header) if header else 0
     user = request.auth  # type: ignore[attr-defined]

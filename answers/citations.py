@@ -434,6 +434,8 @@ def _place(
 # Every branch opens with a literal character, and none can backtrack over more than its
 # own line or block.
 # - A fence opener holding ``|`` may be a table's header row, so it goes to the parser.
+# - Indented code is off (``markdown_parser``), so a closing fence may be indented by any
+#   spaces and tabs, as the parser reads it (found by the oracle test).
 # - Any line starting a block (list, quote, heading, setext or table delimiter row, hr)
 #   goes to the parser; so without one there is no table and ``|`` is plain text.
 # - ``<`` before a run that could be an autolink goes to the parser only if the run holds
@@ -461,7 +463,7 @@ _FAST = re.compile(
     (?:
       (?P<reset>\n[ \t]*(?=\n[A-Za-z]))
     | \n(?P<fence>[ ]{0,3}(?P<mark>`{3,}(?=[^`\n]*(?:\n|\Z))|~{3,})[^\n|]*(?=\n|\Z)
-        (?:\n[\s\S]*?)??(?:\n[ ]{0,3}(?P=mark)(?:(?<=`)`*|(?<=~)~*)[ \t]*(?=\n|\Z)|\Z))
+        (?:\n[\s\S]*?)??(?:\n[ \t]*(?P=mark)(?:(?<=`)`*|(?<=~)~*)[ \t]*(?=\n|\Z)|\Z))
     | \n(?P<block>BLOCK)
     | (?P<other>``|[\r\t\uff3b\u3010])
     | <[^<>\x00-\x20`\[\]\\]*>
@@ -1081,11 +1083,8 @@ class MarkerStreamFilter:
         self._tail_length = len(rest)
         self._tail_emitted -= len(done_stripped)
 
-    def take_new_citations(self, emitted_text: str | None = None) -> list[int]:
-        """Numbers first cited by the text emitted since the last call.
-
-        ``emitted_text`` is accepted for compatibility and ignored: the filter already
-        knows which markers it has shown, so nothing is scanned again.
-        """
+    def take_new_citations(self) -> list[int]:
+        """Numbers first cited by the text emitted since the last call (the filter knows
+        which markers it has shown, so nothing is scanned again)."""
         new, self._pending_citations = self._pending_citations, []
         return new

@@ -96,6 +96,14 @@ SETTINGS: tuple[Setting, ...] = (
         1.0,
     ),
     Setting(
+        "RANK_API_TITLE_PENALTY",
+        0.1,
+        "Document ranking: taken off an API reference page (titled by one dotted name, "
+        "`pandas.Series.str.join`) for a question that names no code (0: off; ADR 0032).",
+        0.0,
+        1.0,
+    ),
+    Setting(
         "REWRITE_FOLLOWUPS",
         False,
         "Before retrieval, have the provider rewrite a follow-up into a standalone question "
@@ -110,6 +118,16 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting("CANDIDATES", 40, "Chunks fetched from the search backend.", 1, 1000),
     Setting("MAX_CHUNKS_PER_DOCUMENT", 2, "Chunks of one document passed to the model.", 1, 50),
+    Setting(
+        "NEAR_DUPLICATE_SIMILARITY",
+        0.8,
+        "A source whose document's estimated similarity (MinHash of word 3-shingles) to a "
+        "higher-ranked kept source's is at least this is dropped as a near-duplicate, after "
+        "the access check (0: off; ADR 0032).",
+        0.0,
+        1.0,
+        env="ANSWERS_NEAR_DUPLICATE_SIMILARITY",
+    ),
     Setting("MAX_SOURCES", 6, "Distinct documents numbered as sources.", 1, 100),
     Setting(
         "MAX_QUESTION_LENGTH",
@@ -263,13 +281,7 @@ SETTINGS: tuple[Setting, ...] = (
     ),
 )
 
-SETTINGS_BY_NAME: dict[str, Setting] = {setting.name: setting for setting in SETTINGS}
 DEFAULTS: dict[str, Any] = {setting.name: setting.default for setting in SETTINGS}
-
-# Keys a project can take from the environment (config/settings.py does, README
-# "Configuration"): the value is converted to the type of the key's default, and
-# answers.checks checks it like any other.
-ENVIRONMENT_KEYS = tuple(setting.name for setting in SETTINGS if setting.env)
 
 
 def settings_from_environment(environ: Mapping[str, str]) -> dict[str, Any]:

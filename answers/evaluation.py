@@ -5,7 +5,8 @@ document is named by its ``source_key``, its title, or the end of its source key
 ``/`` (``handbook/expenses.md`` for a file ingested from a folder). An empty ``expect``
 means the question is off-topic: it must get the no-answer message (no source survives).
 Metrics (docs/evaluation.md): hit@1 and hit@5 over the numbered sources, MRR, the on-topic
-abstention rate and the off-topic answer rate.
+abstention rate, the off-topic answer rate and dup@5 (two near-duplicates among the first
+five sources).
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from asgiref.sync import async_to_sync
 from django.contrib.auth.models import User
 
 from .citations import finalize_citations, strip_out_of_range_markers
+from .conf import SETTINGS, answers_settings
+from .duplicates import signature_similarity
 from .models import Chunk, Document
 from .pipeline import retrieve_sources
 from .prompt import Prompt
@@ -48,6 +51,8 @@ class EvalResult:
     item: EvalQuestion
     ranked: tuple[str, ...]  # source keys of the numbered sources, in order
     rank: int | None  # 1-based rank of the first expected document, None if absent
+    # Two of sources [1]-[5] are near-duplicates of each other (answers.duplicates).
+    duplicate_top5: bool = False
 
     @property
     def on_topic(self) -> bool:
@@ -68,6 +73,7 @@ class Metrics:
     reciprocal: float = 0.0
     abstained: int = 0
     off_answered: int = 0
+    duplicate_top5: int = 0
     misses: list[EvalResult] = field(default_factory=list)
 
     def add(self, result: EvalResult) -> None:
@@ -75,6 +81,7 @@ class Metrics:
             self.on_topic += 1
             if not result.answered:
                 self.abstained += 1
+            self.duplicate_top5 += result.duplicate_top5
             if result.rank is not None:
                 self.reciprocal += 1.0 / result.rank
                 self.hit1 += result.rank == 1
@@ -95,6 +102,7 @@ class Metrics:
             "mrr": self.reciprocal / on if on else None,
             "abstain": self.abstained / on if on else None,
             "offtopic": self.off_answered / off if off else None,
+            "dup5": self.duplicate_top5 / on if on else None,
         }
 
 
@@ -161,19 +169,38 @@ def evaluation_set_load(*, path: Path) -> list[EvalQuestion]:
     return items
 
 
+def duplicate_similarity() -> float:
+    """The similarity at which dup@5 counts two sources as near-duplicates: the rule's
+    setting, or its declared default when the rule is off (so off and on are measured alike)."""
+    value = float(answers_settings.NEAR_DUPLICATE_SIMILARITY)
+    if value > 0:
+        return value
+    return float(next(s.default for s in SETTINGS if s.name == "NEAR_DUPLICATE_SIMILARITY"))
+
+
 def evaluation_question_run(*, item: EvalQuestion, user: User) -> EvalResult:
     sources = retrieve_sources(user=user, question=item.question).sources
-    keys = dict(
-        Document.objects.filter(pk__in=[s.document_id for s in sources]).values_list(
-            "pk", "source_key"
-        )
+    rows = Document.objects.filter(pk__in=[s.document_id for s in sources]).values_list(
+        "pk", "source_key", "near_signature"
     )
+    keys = {pk: key for pk, key, _ in rows}
+    signatures = {pk: bytes(signature or b"") for pk, _, signature in rows}
     rank = next(
         (s.number for s in sources if s.document_id in item.expect_ids),
         None,
     )
     ordered = sorted(sources, key=lambda s: s.number)
-    return EvalResult(item=item, ranked=tuple(keys[s.document_id] for s in ordered), rank=rank)
+    top = [signatures[s.document_id] for s in ordered[:5]]
+    similarity = duplicate_similarity()
+    duplicate = any(
+        signature_similarity(a, b) >= similarity for i, a in enumerate(top) for b in top[i + 1 :]
+    )
+    return EvalResult(
+        item=item,
+        ranked=tuple(keys[s.document_id] for s in ordered),
+        rank=rank,
+        duplicate_top5=duplicate,
+    )
 
 
 def evaluation_run(*, items: Iterable[EvalQuestion], user: User) -> list[EvalResult]:

@@ -113,8 +113,10 @@ def scan_source_files(
 ) -> tuple[list[pathlib.Path], list[SkippedFile]]:
     """``(supported, skipped)``: as ``iter_source_files``, plus the files left out and why.
 
-    Skipped are files of an unsupported type (hidden ones are not reported: they are left
-    out on purpose).
+    Skipped are files of an unsupported type. Left out on purpose, and not reported, are
+    hidden files and, met while walking a folder, copies and stubs of pages found elsewhere
+    in it: a Sphinx build's ``_sources`` and generated index and search pages, and HTML
+    redirect stubs (``_walk_leaves_out``).
     """
     found: dict[str, pathlib.Path] = {}
     skipped: dict[str, SkippedFile] = {}
@@ -130,16 +132,61 @@ def scan_source_files(
     for given in paths:
         if given.is_dir():
             for root, dirs, files in os.walk(given):
-                dirs[:] = [d for d in dirs if not d.startswith(".")]
+                sphinx = _SPHINX_SEARCH_INDEX in files
+                dirs[:] = [d for d in dirs if not _walk_leaves_out(d, sphinx=sphinx, folder=True)]
                 for name in files:
                     path = pathlib.Path(root, name)
-                    if not name.startswith(".") and path.is_file():
+                    if (
+                        not _walk_leaves_out(name, sphinx=sphinx, folder=False)
+                        and path.is_file()
+                        and not _is_redirect_stub(path)
+                    ):
                         add(path)
         elif given.is_file():
             add(given)
         elif not given.exists():
             raise FileNotFoundError(2, "No such file or directory", str(given))
     return sorted(found.values()), sorted(skipped.values(), key=lambda item: item.path)
+
+
+# A Sphinx build's root holds searchindex.js, and beside it "_sources" (each page's source
+# again, as .txt) and its generated pages: the general index, the domain indices
+# (py-modindex.html, ...) and the search page, all links to the other pages.
+_SPHINX_SEARCH_INDEX = "searchindex.js"
+_SPHINX_GENERATED_PAGE = re.compile(r"(?:genindex(?:-[^.]+)?|[a-z]+-modindex|search)\.html")
+# A redirect stub is a few hundred bytes (pandas ships 1,511 of them); pages above this size
+# are not read while walking.
+_REDIRECT_STUB_MAX_BYTES = 4096
+_META_TAG = re.compile(rb"<meta\b[^>]*>", re.I)
+_REFRESH = re.compile(rb"""http-equiv\s*=\s*["']?refresh\b""", re.I)
+_IMMEDIATE_REDIRECT = re.compile(rb"""content\s*=\s*["']?\s*0+(?:\.0*)?\s*[;,]\s*url\s*=""", re.I)
+
+
+def _walk_leaves_out(name: str, *, sphinx: bool, folder: bool) -> bool:
+    """Whether a folder walk leaves out the entry ``name``: hidden names, and in a Sphinx
+    build's root (``sphinx``) the ``_sources`` folder and the generated pages."""
+    if name.startswith("."):
+        return True
+    if not sphinx:
+        return False
+    return name == "_sources" if folder else _SPHINX_GENERATED_PAGE.fullmatch(name) is not None
+
+
+def _is_redirect_stub(path: pathlib.Path) -> bool:
+    """A small HTML page that sends the browser elsewhere at once (``<meta
+    http-equiv="refresh" content="0; url=...">``): nobody reads it, it has no text of its own."""
+    if path.suffix.lower() not in _HTML_SUFFIXES:
+        return False
+    try:
+        if path.stat().st_size > _REDIRECT_STUB_MAX_BYTES:
+            return False
+        with path.open("rb") as handle:
+            head = handle.read(_REDIRECT_STUB_MAX_BYTES)
+    except OSError:
+        return False  # extraction reports it
+    return any(
+        _REFRESH.search(tag) and _IMMEDIATE_REDIRECT.search(tag) for tag in _META_TAG.findall(head)
+    )
 
 
 def extract_file(path: pathlib.Path) -> ExtractedDocument:
@@ -403,18 +450,32 @@ _HEADING_TAGS = frozenset({"h1", "h2", "h3", "h4", "h5", "h6"})
 _CODE_TAGS = frozenset({"code", "kbd", "samp", "tt"})
 # Inline emphasis kept as Markdown's delimiters.
 _EMPHASIS_TAGS = {"em": "*", "i": "*", "strong": "**", "b": "**"}
-# Site chrome, not content: navigation landmarks, and the navigation bars of the common
-# documentation generators (Texinfo "header"/"nav-panel"/"section-toc", DocBook
-# "navheader"/"navfooter", Sphinx "related"/"sphinxsidebar"/"footer", Doxygen "navpath").
-_CHROME_TAGS = frozenset({"nav", "aside"})
-_CHROME_ROLES = frozenset({"navigation", "banner", "contentinfo", "search", "complementary"})
+# Site chrome, not content (ADR 0031). Two tiers, because the same markup means chrome around
+# a page and content inside it: docutils renders a reST ``.. sidebar::``, a topic and every
+# footnote as <aside> (class "sidebar" before docutils 0.18), a page's own text.
+# Chrome wherever it is: navigation landmarks, and the navigation of the common documentation
+# generators: Texinfo "nav-panel"/"section-toc"; DocBook "navheader"/"navfooter"/"toc" (a
+# chapter's list of its sections' pages); Sphinx "related"/"sphinxsidebar", the "¶" permalinks
+# ("headerlink") and viewcode's "[source]"/"[docs]" links; pydata-sphinx-theme (pandas,
+# SciPy) "bd-sidebar"/"bd-toc"/"prev-next-area"/"editthispage"; Doxygen "navpath".
+_CHROME_TAGS = frozenset({"nav"})
+_CHROME_ROLES = frozenset({"navigation", "banner", "contentinfo", "search"})
 _CHROME_CLASSES = frozenset(
     {
-        "header", "nav-panel", "navheader", "navfooter", "navigation", "related",
-        "sphinxsidebar", "footer", "navpath", "breadcrumb", "breadcrumbs", "skip-link",
-        "navbar", "sidebar", "section-toc", "mini-toc",
+        "nav-panel", "section-toc", "mini-toc", "navheader", "navfooter", "toc", "navigation",
+        "related", "sphinxsidebar", "headerlink", "viewcode-link", "viewcode-back", "navbar",
+        "bd-sidebar", "bd-toc", "prev-next-area", "editthispage", "navpath", "breadcrumb",
+        "breadcrumbs", "skip-link",
     }
 )  # fmt: skip
+# Django's documentation theme marks its chrome by id: the header, its global navigation,
+# the sidebar (table of contents, previous/next topic, search, "Last update") and the footer.
+_CHROME_IDS = frozenset({"hd", "global-nav", "sidebar", "ft"})
+# Chrome only around the main content (when the page has no main element, the whole page is
+# walked and these are the site's); inside it they are the page's own side content.
+_PAGE_CHROME_TAGS = frozenset({"aside"})
+_PAGE_CHROME_ROLES = frozenset({"complementary"})
+_PAGE_CHROME_CLASSES = frozenset({"header", "footer", "sidebar"})
 # <header>/<footer> are page chrome at page level, but an article's own header holds its title.
 _SECTIONING = frozenset({"article", "main", "section"})
 # Text nodes have their whitespace collapsed to " " before they are buffered, so these two
@@ -445,22 +506,45 @@ def _html_encoding(data: bytes) -> str:
     return name
 
 
-def _is_chrome(element: lxml.etree._Element) -> bool:
+def _is_chrome(element: lxml.etree._Element, *, page_level: bool) -> bool:
+    """Whether ``element`` is site chrome; ``page_level``: walked outside a main element."""
     tag = element.tag
-    if tag in _CHROME_TAGS:
+    get = element.get
+    classes = get("class")
+    if classes is not None and not _CHROME_CLASSES.isdisjoint(classes.split()):
         return True
-    if (element.get("role") or "").strip().lower() in _CHROME_ROLES:
+    if tag in _CHROME_TAGS or get("id") in _CHROME_IDS:
+        return True
+    role = get("role")
+    if role is not None and role.strip().lower() in _CHROME_ROLES:
+        return True
+    if not page_level:
+        return False
+    if tag in _PAGE_CHROME_TAGS:
+        return True
+    if role is not None and role.strip().lower() in _PAGE_CHROME_ROLES:
         return True
     if tag in ("header", "footer"):
         return not any(parent.tag in _SECTIONING for parent in element.iterancestors())
-    classes = (element.get("class") or "").split()
-    return any(name in _CHROME_CLASSES for name in classes)
+    return classes is not None and not _PAGE_CHROME_CLASSES.isdisjoint(classes.split())
 
 
 def _main_element(root: lxml.etree._Element) -> lxml.etree._Element:
-    """The page's one <main> (or role=main), else its one <article>, else the whole page."""
-    for path in ("//main | //*[@role='main']", "//article"):
-        found = root.xpath(path)
+    """The page's main content: its one <main> (or role=main), else the content column of
+    Django's documentation theme, else its one <article>, else the whole page."""
+    mains: list[lxml.etree._Element] = []
+    columns: list[lxml.etree._Element] = []
+    articles: list[lxml.etree._Element] = []
+    # One pass over the block elements that carry these, not an XPath per kind over every
+    # element: on Django's pages the XPaths cost as much as parsing.
+    for element in root.iter("main", "div", "section", "article"):
+        if element.tag == "main" or element.get("role") == "main":
+            mains.append(element)
+        elif element.get("id") == "yui-main":
+            columns.append(element)
+        elif element.tag == "article":
+            articles.append(element)
+    for found in (mains, columns, articles):
         if len(found) == 1:
             return found[0]
     return root
@@ -525,7 +609,9 @@ def _extract_html(data: bytes) -> tuple[str | None, str]:
     # An explicit stack, not recursion: real-world HTML can nest deeper than Python's limit.
     # Each element is visited entering and leaving; its tail (the text after it, inside its
     # parent) is added after leaving, or right away when the element itself is skipped.
-    stack: list[tuple[lxml.etree._Element, bool]] = [(_main_element(root), True)]
+    main = _main_element(root)
+    page_level = main is root
+    stack: list[tuple[lxml.etree._Element, bool]] = [(main, True)]
     while stack:
         node, entering = stack.pop()
         name = node.tag
@@ -534,7 +620,11 @@ def _extract_html(data: bytes) -> tuple[str | None, str]:
                 add_text(node.tail)
             continue
         if entering:
-            if name in _DROPPED_TAGS or node.get("hidden") is not None or _is_chrome(node):
+            if (
+                name in _DROPPED_TAGS
+                or node.get("hidden") is not None
+                or _is_chrome(node, page_level=page_level)
+            ):
                 add_text(node.tail)
                 continue
             if name == "br":

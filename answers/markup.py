@@ -365,10 +365,6 @@ def _rst_inline(text: str) -> str:
     return spans.fill(_escape_text(text))
 
 
-def _rst_announces_code(previous: list[str]) -> bool:
-    return bool(previous) and previous[-1].rstrip().endswith("::")
-
-
 def _rst_blocks(text: str) -> str:
     """Directives and ``::`` rewritten into what ``_convert_blocks`` reads, line by line:
     a code directive's body stays indented (code), an admonition becomes "Note:" prose,

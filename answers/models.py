@@ -24,6 +24,9 @@ class Document(models.Model):
     )
     content_hash = models.CharField(max_length=64, editable=False)
     body = models.TextField()
+    # MinHash of the body (answers.duplicates.body_signature, ADR 0032), so retrieval can
+    # tell near-duplicate documents apart without reading their bodies.
+    near_signature = models.BinaryField(max_length=512, editable=False, null=True)
     access = models.CharField(max_length=16, choices=Access.choices, default=Access.EVERYONE)
     groups = models.ManyToManyField(
         Group,
@@ -140,6 +143,7 @@ class RetrievedSource(models.Model):
         BELOW_THRESHOLD = "below_threshold", "Below the score threshold"
         DOCUMENT_CAP = "document_cap", "Over the per-document chunk cap"
         NO_ACCESS = "no_access", "The asking user may not view it"
+        NEAR_DUPLICATE = "near_duplicate", "A near-duplicate of a higher-ranked source"
         SOURCE_LIMIT = "source_limit", "Over the source limit"
 
     question = models.ForeignKey(

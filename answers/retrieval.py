@@ -2,9 +2,11 @@
 
 The order is fixed (ADR 0002): score threshold, document ranking (``answers.ranking``,
 ADR 0020), optional rerank, at most
-``MAX_CHUNKS_PER_DOCUMENT`` chunks per document, then the asking user's access, then at most
-``MAX_SOURCES`` documents. Access comes before the source limit so that documents a user
-may not view never take that user's places. Every candidate keeps its fate for the record.
+``MAX_CHUNKS_PER_DOCUMENT`` chunks per document, then the asking user's access, then
+near-duplicates of a higher-ranked kept document (ADR 0032), then at most ``MAX_SOURCES``
+documents. Access comes before the source limit so that documents a user may not view never
+take that user's places, and before near-duplicates so that what a user sees never depends
+on documents they may not view. Every candidate keeps its fate for the record.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from .conf import answers_settings
+from .duplicates import signature_similarity
 from .models import RetrievedSource
 from .ranking import candidates_ranked
 from .registry import get_reranker, get_search_backend
@@ -73,6 +76,7 @@ def select_sources(
     threshold = float(answers_settings.SCORE_THRESHOLD)
     per_document = int(answers_settings.MAX_CHUNKS_PER_DOCUMENT)
     max_sources = int(answers_settings.MAX_SOURCES)
+    near_duplicate = float(answers_settings.NEAR_DUPLICATE_SIMILARITY)
 
     alive: list[Candidate] = []
     for candidate in candidates:
@@ -85,6 +89,7 @@ def select_sources(
         question=question,
         title_weight=float(answers_settings.RANK_TITLE_WEIGHT),
         size_prior=float(answers_settings.RANK_SIZE_PRIOR),
+        api_title_penalty=float(answers_settings.RANK_API_TITLE_PENALTY),
     )
 
     reranker = get_reranker()
@@ -123,12 +128,24 @@ def select_sources(
 
     numbers: dict[int, int] = {}
     grouped: dict[int, list[Candidate]] = {}
+    duplicates: set[int] = set()
     for candidate in capped:
         if candidate.document_id not in visible:
             candidate.dropped_reason = Dropped.NO_ACCESS
             continue
+        if candidate.document_id in duplicates:
+            candidate.dropped_reason = Dropped.NEAR_DUPLICATE
+            continue
         number = numbers.get(candidate.document_id)
         if number is None:
+            # Compared only with the documents already numbered (at most MAX_SOURCES), by
+            # their stored signatures: a few comparisons per candidate, whatever the corpus.
+            if near_duplicate > 0 and _near_duplicate(
+                candidate, kept=grouped.values(), similarity=near_duplicate
+            ):
+                duplicates.add(candidate.document_id)
+                candidate.dropped_reason = Dropped.NEAR_DUPLICATE
+                continue
             if len(numbers) >= max_sources:
                 candidate.dropped_reason = Dropped.SOURCE_LIMIT
                 continue
@@ -148,3 +165,16 @@ def select_sources(
         for number, members in grouped.items()
     ]
     return SourceSelection(sources=sources, rerank_error=rerank_error)
+
+
+def _near_duplicate(
+    candidate: Candidate, *, kept: Iterable[list[Candidate]], similarity: float
+) -> bool:
+    """Whether the candidate's document is a near-duplicate of a kept source's document."""
+    if not candidate.document_signature:
+        return False
+    return any(
+        signature_similarity(candidate.document_signature, members[0].document_signature)
+        >= similarity
+        for members in kept
+    )

@@ -38,6 +38,8 @@ AnyUser = User | AnonymousUser
 class NotFound(Exception):
     """The object does not exist, or is not the caller's to see (the two look the same)."""
 
+    code = "not_found"
+
 
 # The largest primary key a big integer column holds: larger ids are refused, not looked up.
 MAX_ID = 2**63 - 1
@@ -63,7 +65,10 @@ def document_visible_q(*, user: AnyUser) -> Q:
 
 
 def document_list_visible(*, user: AnyUser) -> QuerySet[Document]:
-    return Document.objects.filter(document_visible_q(user=user)).distinct()
+    # No DISTINCT: the rule joins nothing (its group test is a subquery), so no document
+    # repeats, and as a subquery of the scoped search a DISTINCT made the database sort
+    # every visible document's id on every question.
+    return Document.objects.filter(document_visible_q(user=user))
 
 
 def document_visible_ids(*, user: AnyUser, document_ids: Iterable[int]) -> set[int]:
@@ -105,6 +110,7 @@ def candidates_for_hits(*, hits: Iterable[tuple[int, float]]) -> list[Candidate]
         "document__title",
         "document__url",
         "document__access",
+        "document__near_signature",
     )
     by_id = {chunk.pk: chunk for chunk in chunks.filter(pk__in=[c for c, _ in hit_list])}
     # Each candidate document's size in chunks (answers.ranking): one grouped count over
@@ -132,6 +138,8 @@ def candidates_for_hits(*, hits: Iterable[tuple[int, float]]) -> list[Candidate]
                 score=score,
                 document_chunks=sizes.get(chunk.document.pk, 1),
                 document_public=chunk.document.access == Document.Access.EVERYONE,
+                # PostgreSQL returns bytea as a memoryview.
+                document_signature=bytes(chunk.document.near_signature or b""),
             )
         )
     return candidates

@@ -28,6 +28,7 @@ from django.utils import timezone
 
 from .citations import FinalizedCitations, finalize_citations, strip_out_of_range_markers
 from .conf import answers_settings
+from .duplicates import body_signature
 from .ingestion import ChunkSpan, chunk_text, content_hash
 from .models import (
     Answer,
@@ -42,6 +43,7 @@ from .models import (
     RetrievedSource,
 )
 from .providers.base import Usage
+from .registry import get_search_backend
 from .selectors import api_token_get_active
 from .support import citations_support
 from .types import Candidate, NumberedSource
@@ -449,12 +451,13 @@ INGEST_BATCH_CHUNKS = 2_000
 
 
 def _document_derived(*, body: str) -> dict[str, Any]:
-    """The fields computed from a document's body, for the one and the batch path alike."""
-    return {"content_hash": content_hash(body)}
+    """The fields computed from a new or changed document's body, for the one and the
+    batch path alike (an unchanged one is recognised by its content hash alone)."""
+    return {"content_hash": content_hash(body), "near_signature": body_signature(body)}
 
 
-def _document_is_unchanged(*, document: Document, title: str, derived: dict[str, Any]) -> bool:
-    return document.content_hash == derived["content_hash"] and document.title == title
+def _document_is_unchanged(*, document: Document, title: str, digest: str) -> bool:
+    return document.content_hash == digest and document.title == title
 
 
 def _document_assign(
@@ -481,7 +484,7 @@ def document_ingest(
     serializes writers of an existing document, the unique ``source_key`` lets only one
     create it, and the others retry and find it (see below).
     """
-    derived = _document_derived(body=body)
+    digest = content_hash(body)
     for attempt in range(INGEST_ATTEMPTS):
         creating = False
         try:
@@ -493,11 +496,11 @@ def document_ingest(
                 if document is None:
                     document = Document(source_key=source_key)
                     outcome, creating = "created", True
-                elif _document_is_unchanged(document=document, title=title, derived=derived):
+                elif _document_is_unchanged(document=document, title=title, digest=digest):
                     _document_apply_access(document=document, group=group)
                     return IngestResult(document, "unchanged", document.chunks.count())
                 _document_assign(document=document, title=title, body=body, url=url,
-                                 derived=derived)  # fmt: skip
+                                 derived=_document_derived(body=body))  # fmt: skip
                 document.save()
                 if spans is None:
                     spans = chunk_text(body, size=chunk_size)
@@ -555,10 +558,9 @@ def _documents_write(
     created: list[Document] = []
     replaced: list[Document] = []
     for source in sources:
-        derived = _document_derived(body=source.body)
         document = existing.get(source.source_key)
         if document is not None and _document_is_unchanged(
-            document=document, title=source.title, derived=derived
+            document=document, title=source.title, digest=content_hash(source.body)
         ):
             planned.append((document, "unchanged", []))
             continue
@@ -575,7 +577,7 @@ def _documents_write(
             replaced.append(document)
             outcome = "updated"
         _document_assign(document=document, title=source.title, body=source.body,
-                         url=source.url, derived=derived)  # fmt: skip
+                         url=source.url, derived=_document_derived(body=source.body))  # fmt: skip
         planned.append((document, outcome, spans))
     # Updates are rare (a re-ingest of changed files): saved one by one, as document_ingest.
     for document in replaced:
@@ -612,11 +614,21 @@ def _documents_write(
     ]  # fmt: skip
 
 
+def search_index_maintain() -> None:
+    """After a bulk ingest: let the search backend tidy its index (``maintain()``, optional
+    for third-party backends), so the first questions do not pay for the load."""
+    maintain = getattr(get_search_backend(), "maintain", None)
+    if callable(maintain):
+        maintain()
+
+
 def document_save(*, document: Document, chunk_size: int) -> Document:
     """Save an edited document, re-chunking when its body changed."""
     digest = content_hash(document.body)
     changed = document.pk is None or digest != document.content_hash
     document.content_hash = digest
+    if changed:
+        document.near_signature = body_signature(document.body)
     with transaction.atomic():
         document.save()
         if changed:

@@ -91,6 +91,7 @@ class Candidate:
     score: float
     document_chunks: int = 1  # the document's chunks in all (answers.ranking's breadth)
     document_public: bool = False  # everyone who may ask may view it (as retrieval read it)
+    document_signature: bytes = b""  # answers.duplicates' MinHash of the document's body
     rank_score: float | None = None  # answers.ranking's order; never shown or thresholded
     rerank_score: float | None = None
     prompt_number: int | None = None

@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import subprocess
 import sys
 from collections.abc import Iterator
 from dataclasses import replace
@@ -30,25 +29,12 @@ from .report import Row, median, p95
 
 SECTION = "8. retrieval on PostgreSQL vs FTS5"
 REPO = Path(__file__).resolve().parent.parent
-TIMEOUT = 900.0
 FTS5 = "FTS5 backend"
 
 
 def _child(database_url: str, sizes: dict[str, int], reps: int) -> dict[str, Any]:
-    env = {**os.environ, "DATABASE_URL": database_url}
     spec = json.dumps({"sizes": sizes, "reps": reps})
-    try:
-        done = subprocess.run(
-            [sys.executable, "-m", "bench.postgres", spec],
-            cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-            text=True, timeout=TIMEOUT, check=False,
-        )  # fmt: skip
-    except subprocess.TimeoutExpired:
-        raise RuntimeError(f"python -m bench.postgres took over {TIMEOUT:.0f} s") from None
-    if done.returncode:
-        raise RuntimeError(f"python -m bench.postgres failed ({done.returncode}), see above")
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return result
+    return services.child_json("bench.postgres", database_url, spec)
 
 
 def _postgres_url(name: str) -> str:

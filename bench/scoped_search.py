@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from typing import Any
 
 from . import services
-from .postgres import REPO, TIMEOUT, _database
+from .postgres import _database
 from .report import Row, median, p95
 
 SECTION = "9. search scoped to the asker's documents"
@@ -89,17 +88,8 @@ def measure(sizes: dict[str, int], reps: int) -> dict[str, Any]:
 
 
 def _child(database_url: str, sizes: dict[str, int], reps: int) -> dict[str, Any]:
-    env = {**os.environ, "DATABASE_URL": database_url}
     spec = json.dumps({"sizes": sizes, "reps": reps})
-    done = subprocess.run(
-        [sys.executable, "-m", "bench.scoped_search", spec],
-        cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-        text=True, timeout=TIMEOUT, check=False,
-    )  # fmt: skip
-    if done.returncode:
-        raise RuntimeError(f"python -m bench.scoped_search failed ({done.returncode})")
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return result
+    return services.child_json("bench.scoped_search", database_url, spec)
 
 
 def _rows(result: dict[str, Any]) -> list[Row]:

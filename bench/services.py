@@ -10,9 +10,12 @@ reason and skips it (a benchmark never fails for want of a server).
 
 from __future__ import annotations
 
+import json
 import os
 import runpy
 import secrets
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -96,3 +99,26 @@ def postgres_admin() -> Any:
     except psycopg.Error as exc:
         reason = " ".join(str(exc).split())  # libpq's message spans lines
         raise Unavailable(f"PostgreSQL at {POSTGRES_URL} is not reachable: {reason}") from None
+
+
+CHILD_TIMEOUT = 900.0
+
+
+def child_json(
+    module: str, database_url: str, *args: str, timeout: float = CHILD_TIMEOUT
+) -> dict[str, Any]:
+    """Run ``python -m MODULE ARGS`` on ``database_url`` (a process of its own: one
+    database per process, as Django wants) and return the JSON its last line prints."""
+    env = {**os.environ, "DATABASE_URL": database_url}
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", module, *args],
+            cwd=SETTINGS_FILE.parent.parent, env=env, stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE, text=True, timeout=timeout, check=False,
+        )  # fmt: skip
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"python -m {module} took over {timeout:.0f} s") from None
+    if done.returncode:
+        raise RuntimeError(f"python -m {module} failed ({done.returncode}), see above")
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result

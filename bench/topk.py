@@ -26,13 +26,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import time
 from typing import Any
 
 from . import services
-from .postgres import REPO, _database
+from .postgres import _database
 from .report import Row, median, p95
 
 SECTION = "10. bounded top-k at scale (real Debian docs)"
@@ -160,17 +159,8 @@ def measure(sizes: dict[str, int], reps: int, schema: str) -> dict[str, Any]:
 
 
 def _child(database_url: str, sizes: dict[str, int], reps: int, schema: str = "") -> dict[str, Any]:
-    env = {**os.environ, "DATABASE_URL": database_url}
     spec = json.dumps({"sizes": sizes, "reps": reps, "schema": schema})
-    done = subprocess.run(
-        [sys.executable, "-m", "bench.topk", spec],
-        cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-        text=True, timeout=TIMEOUT, check=False,
-    )  # fmt: skip
-    if done.returncode:
-        raise RuntimeError(f"python -m bench.topk failed ({done.returncode}), see above")
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return result
+    return services.child_json("bench.topk", database_url, spec, timeout=TIMEOUT)
 
 
 def _rows(

@@ -1,6 +1,6 @@
 """Site settings for running Cited Answers as a project.
 
-Everything deployment-specific comes from the environment; see README "Configuration".
+Everything deployment-specific comes from the environment: docs/environment.md.
 """
 
 from __future__ import annotations
@@ -139,6 +139,7 @@ ASGI_APPLICATION = "config.asgi.application"
 DATABASES = {
     "default": dj_database_url.config(
         default=f"sqlite:///{BASE_DIR / 'db.sqlite3'}",
+        env="DATABASE_URL",
         conn_max_age=int(os.environ.get("DATABASE_CONN_MAX_AGE", "0")),
     )
 }
@@ -273,6 +274,6 @@ LOGGING = {
     "loggers": {"django.db.backends": {"level": "WARNING"}},
 }
 
-# App settings: every key is optional; defaults and meaning are in answers/conf.py and README.
-# The environment sets the keys answers.conf.ENVIRONMENT_KEYS names, as ANSWERS_<KEY>.
+# App settings: every key is optional; defaults and meaning are in answers/conf.py
+# (docs/settings.md). The environment sets the keys declared there with an `env`.
 ANSWERS: dict[str, object] = dict(settings_from_environment(os.environ))

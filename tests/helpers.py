@@ -28,14 +28,19 @@ def bearer_token(user: Any, *, name: str = "test") -> str:
     return services.api_token_create(user=user, name=name)[1]
 
 
-def bearer(user: Any, *, name: str = "test") -> dict[str, str]:
-    """Django test client keyword arguments: ``client.get(path, **bearer(user))``."""
-    return {"HTTP_AUTHORIZATION": f"Bearer {bearer_token(user, name=name)}"}
+def bearer_headers(
+    user: Any = None, *, name: str = "test", raw: str | None = None
+) -> dict[str, str]:
+    """HTTP headers, for ``headers=`` of a real client (httpx, the test client, the fuzzer):
+    a fresh token of ``user``, or ``raw`` as it is (revoked, unknown, malformed)."""
+    token = raw if raw is not None else bearer_token(user, name=name)
+    return {"Authorization": f"Bearer {token}"}
 
 
-def bearer_headers(user: Any, *, name: str = "test") -> dict[str, str]:
-    """HTTP headers, for ``headers=`` of a real client (httpx, the test client)."""
-    return {"Authorization": f"Bearer {bearer_token(user, name=name)}"}
+def bearer(user: Any = None, *, name: str = "test", raw: str | None = None) -> dict[str, str]:
+    """Django test client keyword arguments: ``client.get(path, **bearer(user))``;
+    ``raw`` as for ``bearer_headers``."""
+    return {"HTTP_AUTHORIZATION": bearer_headers(user, name=name, raw=raw)["Authorization"]}
 
 
 # --- JSON API calls (Zulip's ``api_post``/``api_get``/``assert_json_error``) -----------------
@@ -108,6 +113,18 @@ def fail_retrieval(settings: Any, error: Exception | None = None) -> type[Failin
     FailingSearch.error = error or RuntimeError("retrieval must not run for this request")
     settings.ANSWERS = {**settings.ANSWERS, "SEARCH_BACKEND": "tests.helpers.FailingSearch"}
     return FailingSearch
+
+
+def fail_access_check(monkeypatch: Any, error: Exception | None = None) -> None:
+    """Every access check from now on raises (``error``): the one seam is
+    ``selectors.document_visible_ids``, which every filter of sources by the viewer goes
+    through (retrieval in the pipeline, references in the presenters)."""
+    from answers import selectors
+
+    def broken(**kwargs: Any) -> set[int]:
+        raise error or RuntimeError("the permission backend is down")
+
+    monkeypatch.setattr(selectors, "document_visible_ids", broken)
 
 
 # --- Reviewers (the admin) --------------------------------------------------------------

@@ -88,8 +88,11 @@ class LiveServer:
 
 
 def database_url(settings_dict: dict[str, Any]) -> str:
-    """A ``DATABASE_URL`` for the database ``settings_dict`` describes (the test database)."""
+    """A ``DATABASE_URL`` for the database ``settings_dict`` describes (the test database),
+    for a child process: a live server, or the concurrent writers."""
     name = str(settings_dict["NAME"])
+    if not settings_dict["ENGINE"].endswith(("sqlite3", "postgresql")):
+        raise RuntimeError(f"No DATABASE_URL for {settings_dict['ENGINE']}.")
     if settings_dict["ENGINE"].endswith("sqlite3"):
         if not name or name == ":memory:" or "mode=memory" in name:
             raise RuntimeError("The live server needs a file database, not an in-memory one.")

@@ -12,7 +12,7 @@ from answers.citations import iter_markers
 from answers.conf import answers_settings
 from answers.models import Answer, Document, Feedback, Question
 from answers.pipeline import GENERIC_ERROR
-from tests.helpers import api_get, api_post, assert_json_error, bearer, start
+from tests.helpers import api_get, api_post, assert_json_error, bearer, bearer_token, start
 
 pytestmark = pytest.mark.django_db
 
@@ -273,7 +273,7 @@ def test_session_of_inactive_user_is_refused(asker):
 def _revoked(user) -> dict[str, str]:  # type: ignore[no-untyped-def]
     token, raw = services.api_token_create(user=user, name="old")
     services.api_token_revoke(token=token)
-    return {"HTTP_AUTHORIZATION": f"Bearer {raw}"}
+    return bearer(raw=raw)
 
 
 def _inactive(user) -> dict[str, str]:  # type: ignore[no-untyped-def]
@@ -288,10 +288,10 @@ BAD_CREDENTIALS = pytest.mark.parametrize(
     [
         lambda user: {},
         _revoked,
-        lambda user: {"HTTP_AUTHORIZATION": "Bearer ca_not-a-real-token"},
-        lambda user: {"HTTP_AUTHORIZATION": "Bearer "},
-        lambda user: {"HTTP_AUTHORIZATION": "Token " + bearer(user)["HTTP_AUTHORIZATION"][7:]},
-        lambda user: {"HTTP_AUTHORIZATION": "Bearer " + "x" * 300},
+        lambda user: bearer(raw="ca_not-a-real-token"),
+        lambda user: bearer(raw=""),
+        lambda user: {"HTTP_AUTHORIZATION": "Token " + bearer_token(user)},
+        lambda user: bearer(raw="x" * 300),
         _inactive,
     ],
     ids=["none", "revoked", "unknown", "empty", "wrong-scheme", "overlong", "inactive-user"],
@@ -560,7 +560,7 @@ def test_docs_page_is_html(client):
 
 
 def test_every_domain_refusal_has_its_http_status_in_the_one_table():
-    from answers import api, services
+    from answers import api, selectors, services
 
     def subclasses(cls):  # type: ignore[no-untyped-def]
         for sub in cls.__subclasses__():
@@ -568,7 +568,60 @@ def test_every_domain_refusal_has_its_http_status_in_the_one_table():
             yield from subclasses(sub)
 
     codes = {pipeline.AskRefused.code} | {cls.code for cls in subclasses(pipeline.AskRefused)}
-    codes.add(services.AnswerStillStreaming.code)
+    codes |= {services.AnswerStillStreaming.code, selectors.NotFound.code}
     assert codes <= set(api.HTTP_STATUS), codes - set(api.HTTP_STATUS)
-    # The core carries no HTTP: no refusal names a status of its own.
-    assert not any(hasattr(cls, "status") for cls in subclasses(pipeline.AskRefused))
+    # The core carries no HTTP: no error of the app names a status of its own.
+    for error in _errors_of_the_app():
+        carried = {
+            name: value
+            for klass in error.__mro__
+            if klass.__module__.startswith("answers.")
+            for name, value in vars(klass).items()
+        }
+        assert not [name for name in carried if "status" in name], error
+        assert not [
+            value for value in carried.values() if isinstance(value, int) and 400 <= value < 600
+        ], error
+
+
+def _errors_of_the_app() -> list[type[Exception]]:
+    """Every exception class the app's modules define (each module imported)."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    import answers
+
+    errors = []
+    for module_info in pkgutil.walk_packages(answers.__path__, "answers."):
+        if ".migrations" in module_info.name:
+            continue
+        module = importlib.import_module(module_info.name)
+        errors += [
+            value
+            for value in vars(module).values()
+            if inspect.isclass(value)
+            and issubclass(value, Exception)
+            and value.__module__ == module.__name__
+        ]
+    assert len(errors) >= 10, errors  # the walk found them (AskRefused, NotFound, ...)
+    return errors
+
+
+def test_every_error_response_is_built_from_the_one_table():
+    """api.py sets no status of its own: refusals go through ``_error`` and HTTP_STATUS."""
+    import ast
+    import inspect
+
+    from answers import api
+
+    calls = [
+        node for node in ast.walk(ast.parse(inspect.getsource(api))) if isinstance(node, ast.Call)
+    ]
+    arguments = [arg for call in calls for arg in (*call.args, *(k.value for k in call.keywords))]
+    numbers = {
+        arg.value
+        for arg in arguments
+        if isinstance(arg, ast.Constant) and isinstance(arg.value, int) and 400 <= arg.value < 600
+    }
+    assert not numbers, f"a status set by hand in api.py: {numbers}"

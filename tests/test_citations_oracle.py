@@ -163,6 +163,9 @@ plain_documents = markdown_documents(PLAIN_PREFIXES, PLAIN)
 @given(st.one_of(plain_documents, documents))
 # A list item ends the paragraph, so no code span runs into it (found by this test).
 @example("`[1]\n- `")
+# Indented code is off: a closing fence indented by a tab still closes (found by this test).
+@example("```\n\t```\n[1]: ")
+@example("```\n      ```\nfoo [1]")
 def test_the_fast_path_agrees_with_the_parser_whenever_it_answers(text: str) -> None:
     from answers.citations import _analyze, _fast_markers
 

@@ -81,9 +81,9 @@ def test_a_complete_marker_waits_for_the_next_character():
 def test_new_citations_are_reported_once_in_first_citation_order():
     stream_filter = MarkerStreamFilter(3)
     emitted = stream_filter.feed("a [2] b [1] c [2] d ")
-    assert stream_filter.take_new_citations(emitted) == [2, 1]
+    assert stream_filter.take_new_citations() == [2, 1]
     emitted += stream_filter.feed("[3] e")
-    assert stream_filter.take_new_citations(emitted) == [3]
+    assert stream_filter.take_new_citations() == [3]
     assert cited_numbers(emitted) == [2, 1, 3]
 
 

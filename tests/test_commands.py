@@ -100,6 +100,33 @@ def test_ingest_again_is_all_unchanged_and_writes_no_chunks(folder: Path) -> Non
     assert set(Chunk.objects.values_list("pk", flat=True)) == chunk_ids
 
 
+def test_an_ingest_that_wrote_leaves_the_index_maintained(folder: Path, monkeypatch) -> None:
+    # The backend's maintain() (PostgreSQL: the stats ledger vacuumed, planner statistics
+    # refreshed) runs after an ingest that wrote something, and only then.
+    from answers.registry import get_search_backend
+
+    backend = type(get_search_backend())
+    calls: list[object] = []
+    real = backend.maintain
+    monkeypatch.setattr(backend, "maintain", lambda self: calls.append(real(self)))
+    run("ingest", str(folder))
+    assert len(calls) == 1
+    run("ingest", str(folder))  # all unchanged: nothing to tidy
+    assert len(calls) == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_maintaining_the_index_outside_a_transaction_vacuums_and_finds_the_same() -> None:
+    from answers.registry import get_search_backend
+
+    call_command("ingest", python_docs=True, no_progress=True, stdout=io.StringIO())
+    backend = get_search_backend()
+    before = backend.search("How does the try statement handle exceptions?", limit=5)
+    backend.maintain()  # VACUUM on PostgreSQL: only outside a transaction
+    after = backend.search("How does the try statement handle exceptions?", limit=5)
+    assert before and after == before
+
+
 def test_changing_one_file_rechunks_only_it(folder: Path) -> None:
     run("ingest", str(folder))
     before = {

@@ -25,7 +25,7 @@ from answers import services
 from answers.conf import answers_settings
 from answers.ingestion import chunk_text, extract_file
 from answers.models import Answer, Chunk, Conversation, Document, Feedback, Question
-from tests.live import database_url as live_database_url
+from tests.live import database_url
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -78,18 +78,11 @@ else:
 """
 
 
-def database_url() -> str:
-    """The URL of the test database, for the children's DATABASE_URL."""
-    if connection.vendor not in ("sqlite", "postgresql"):
-        pytest.skip(f"no DATABASE_URL for {connection.vendor}")
-    return live_database_url(connection.settings_dict)
-
-
 def run_together(tmp_path: Path, jobs: Sequence[Sequence[str]]) -> list[tuple[int, str, str]]:
     """Run one child per job, released at once; ``(exit code, stdout, stderr)`` of each."""
     env = {
         **os.environ,
-        "DATABASE_URL": database_url(),
+        "DATABASE_URL": database_url(connection.settings_dict),
         "DJANGO_SETTINGS_MODULE": "tests.settings",
     }
     go = tmp_path / "go"

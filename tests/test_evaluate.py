@@ -54,7 +54,7 @@ def evaluate(*args: object) -> str:
 def row(output: str, name: str) -> list[str]:
     for line in output.splitlines():
         if line.startswith(name + " ") or line == name:
-            return line.split()[-7:]
+            return line[len(name) :].split()
     raise AssertionError(f"no row {name!r} in:\n{output}")
 
 
@@ -73,9 +73,9 @@ SMALL = [
 def test_metrics_on_a_small_set(gadgets: None, tmp_path: Path) -> None:
     path = write_set(tmp_path, "small.dev.jsonl", SMALL)
     output = evaluate(path, "--misses")
-    on, hit1, hit5, mrr, abstain, off, off_answered = row(output, str(path))
+    on, hit1, hit5, mrr, abstain, off, off_answered, dup5 = row(output, str(path))
     assert (on, hit1, hit5, mrr, abstain) == ("3", "0.333", "0.333", "0.333", "0.333")
-    assert (off, off_answered) == ("2", "0.500")
+    assert (off, off_answered, dup5) == ("2", "0.500", "0.000")
     # The misses name the file and line, what was wanted and what came back.
     assert f"{path}:2  rank -  How is the quimbly sprocket greased?" in output
     assert "got:  eval-test:quimbly" in output
@@ -242,3 +242,47 @@ def test_bad_support_labels_name_the_line(tmp_path: Path, line: str, message: st
         evaluate("--support-labels", path)
     with pytest.raises(CommandError, match="Give question sets, --support-labels FILE"):
         evaluate()
+
+
+def test_dup5_counts_near_duplicates_in_the_first_five(
+    gadgets: None, tmp_path: Path, settings
+) -> None:  # type: ignore[no-untyped-def]
+    # The same page from another folder: with the rule off both take a place.
+    ingest_text(
+        "/srv/mirror/zorblat.md",
+        "Zorblat flange calibration",
+        "The zorblat flange is calibrated with a brass wrenchlet every spring. "
+        "Calibrating the zorblat flange takes an hour.",
+    )
+    path = write_set(tmp_path, "dup.jsonl", SMALL[:2])
+    settings.ANSWERS = {**settings.ANSWERS, "NEAR_DUPLICATE_SIMILARITY": 0}
+    assert row(evaluate(path), str(path))[-1] == "0.500"
+    settings.ANSWERS = {**settings.ANSWERS, "NEAR_DUPLICATE_SIMILARITY": 0.8}
+    assert row(evaluate(path), str(path))[-1] == "0.000"
+
+
+def test_save_and_compare_set_runs_side_by_side(gadgets: None, tmp_path: Path) -> None:
+    path = write_set(tmp_path, "small.dev.jsonl", SMALL)
+    saved = tmp_path / "before.json"
+    evaluate(path, "--save", saved, "--label", "before")
+    record = json.loads(saved.read_text(encoding="utf-8"))
+    assert record["label"] == "before"
+    assert record["rows"][0]["name"] == str(path) and record["rows"][0]["hit1"] == pytest.approx(
+        1 / 3
+    )
+
+    output = evaluate(path, "--compare", saved, "--label", "after")
+    table = output.split("\n\n", 1)[1].splitlines()
+    assert table[1].split()[:3] == ["set", "before", "after"]
+    # hit@1 before and after, hit@5 before and after, ...
+    assert row("\n".join(table), str(path))[:4] == ["0.333", "0.333", "0.333", "0.333"]
+    # The saved runs alone, without question sets.
+    alone = evaluate("--compare", saved, "--compare", saved)
+    assert row(alone, str(path))[:2] == ["0.333", "0.333"]
+
+
+def test_compare_refuses_a_file_that_is_not_a_saved_run(tmp_path: Path) -> None:
+    path = tmp_path / "nope.json"
+    path.write_text("[1, 2]", encoding="utf-8")
+    with pytest.raises(CommandError, match="not a run saved by --save"):
+        evaluate("--compare", path)

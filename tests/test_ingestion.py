@@ -3,8 +3,10 @@ from __future__ import annotations
 import io
 import itertools
 import re
+import shutil
 from pathlib import Path
 
+import lxml.etree
 import pypdf
 import pytest
 from hypothesis import given, settings
@@ -321,14 +323,121 @@ def test_html_landmarks_and_generator_navigation() -> None:
         "<p>Text</p><footer>Section footer kept</footer></section>"
         '<div class="sphinxsidebar">Search box</div><div role="contentinfo">Legal</div></body>'
     )
-    doc = extract_text(data=page.encode(), suffix=".html", fallback_title="f")
-    assert doc.body == "## Kept\n\nText\n\nSection footer kept"
+    assert html_body(page) == "## Kept\n\nText\n\nSection footer kept"
+
+
+def html_body(page: str) -> str:
+    return extract_text(data=page.encode(), suffix=".html", fallback_title="f").body
 
 
 def test_html_two_mains_fall_back_to_the_page_less_chrome() -> None:
     page = "<nav>Menu</nav><article><p>One</p></article><article><p>Two</p></article>"
-    doc = extract_text(data=page.encode(), suffix=".html", fallback_title="f")
-    assert doc.body == "One\n\nTwo"
+    assert html_body(page) == "One\n\nTwo"
+
+
+def test_html_asides_in_the_main_content_are_the_pages_own() -> None:
+    # docutils renders a reST sidebar, a topic and each footnote as <aside>: inside the main
+    # element they are content; around it, and on a page without one, they are the site's.
+    page = (
+        "<body><aside>Site links</aside><main><p>Text</p><aside class='sidebar'>"
+        "<p class='sidebar-title'>Hello</p><p>Side note</p></aside>"
+        "<div class='prev-next-area'>previous</div></main><div class='sidebar'>Menu</div></body>"
+    )
+    assert html_body(page) == "Text\n\nHello\n\nSide note"
+    page = "<body><p>Text</p><aside>Site links</aside><div class='sidebar'>Menu</div></body>"
+    assert html_body(page) == "Text"
+
+
+def test_html_sphinx_permalinks_and_source_links_are_dropped() -> None:
+    page = (
+        '<div role="main"><h1>Title<a class="headerlink" href="#t">\u00b6</a></h1>'
+        '<dt>f(x)<a class="reference external" href="s.py"><span class="viewcode-link">'
+        '<span class="pre">[source]</span></span></a></dt></div>'
+    )
+    assert html_body(page) == "# Title\n\nf(x)"
+
+
+# Real pages of five documentation sites (tests/data/real_sites/README.md): each site's
+# chrome, as this test reads it from the page itself (the elements every page of the site
+# repeats around its content), and sentences of the content, some inside blocks that look
+# like chrome (admonitions, footnotes, a reST sidebar).
+REAL_SITES = Path(__file__).parent / "data" / "real_sites"
+PYDATA_CHROME = (
+    "//nav | //footer | //*[contains(@class, 'bd-sidebar') or contains(@class, 'bd-toc')"
+    " or contains(@class, 'prev-next-area')] | //*[contains(@class, 'headerlink')]"
+    " | //*[contains(@class, 'viewcode-link')]"
+)
+SITE_CHROME = {
+    "django": "//*[@id='hd' or @id='ft' or @id='sidebar'] | //*[contains(@class, 'headerlink')]"
+    " | //*[contains(@class, 'viewcode-back')]",
+    "postgresql": "//*[@class='navheader' or @class='navfooter' or @class='toc']",
+    "pandas": PYDATA_CHROME,
+    "scipy": PYDATA_CHROME,
+    "python": "//*[@class='related' or @class='sphinxsidebar' or @class='footer']"
+    " | //*[contains(@class, 'headerlink')]",
+}
+REAL_PAGES = {
+    "django/ref/contrib/postgres/validators.html": [
+        "Validates that the upper bound of the range is not greater than `limit_value`.",
+        "Note\n\nNote that this checks only for the existence of a given key",
+    ],
+    "django/_modules/django/urls/exceptions.html": ["class NoReverseMatch(Exception):"],
+    "postgresql/tutorial-select.html": [
+        "SELECT city, temp_lo, temp_hi, prcp, date FROM weather;",
+        "[2] While `SELECT *` is useful for off-the-cuff queries",
+    ],
+    "postgresql/tutorial-start.html": ["## Chapter 1. Getting Started"],
+    "postgresql/sql-droptable.html": [
+        "DROP TABLE \u2014 remove a table",
+        "Refuse to drop the table if any objects depend on it.",
+    ],
+    "pandas/reference/api/pandas.DataFrame.index.html": [
+        "# pandas.DataFrame.index\n\nDataFrame.index\n\nThe index (row labels) of the DataFrame."
+    ],
+    "pandas/reference/api/pandas.option_context.__call__.html": ["Call self as a function."],
+    "scipy/reference/generated/scipy.signal.welch.html": [
+        "Estimate power spectral density using Welch\u2019s method.",
+        "Lomb-Scargle periodogram for unevenly sampled data",
+        "New in version 0.12.0.",
+        "Biometrika, vol. 37, pp. 1-16, 1950.",
+    ],
+    "python/library/asyncio.html": ["Hello World!\n\n```\nimport asyncio\n"],
+    "python/tutorial/whatnow.html": ["\u201cCheese Shop\u201d is a Monty Python\u2019s sketch"],
+}
+
+
+def site_chrome_texts(path: Path, site: str) -> set[str]:
+    """The texts of the page's chrome that its content does not also hold (a sidebar's
+    table of contents repeats the page's own headings; those are content)."""
+    root = lxml.etree.parse(str(path), lxml.etree.HTMLParser()).getroot()
+    chrome = root.xpath(SITE_CHROME[site])
+    texts = {
+        " ".join("".join(element.itertext()).split())
+        for container in chrome
+        for element in container.iter("a", "p", "li", "h3", "h4", "td", "th", "span")
+    }
+    for container in chrome:
+        if container.getparent() is not None:
+            container.getparent().remove(container)
+    content = " ".join("".join(next(root.iter("body")).itertext()).split())
+    return {text for text in texts if len(text) > 2 and text not in content}
+
+
+@pytest.mark.parametrize("page", sorted(REAL_PAGES))
+def test_real_pages_chunks_hold_content_and_no_site_chrome(page: str) -> None:
+    path = REAL_SITES / page
+    chunks = [span.text for span in chunk_text(extract_file(path).body)]
+    text = "\n\n".join(chunks)
+    for sentence in REAL_PAGES[page]:
+        assert sentence in text
+    chrome = site_chrome_texts(path, page.split("/")[0])
+    assert chrome  # the test found the site's chrome on this page
+    for chunk in chunks:
+        assert not [words for words in chrome if words in chunk]
+        lines = {line.strip() for line in chunk.split("\n")}
+        assert not lines & {"previous", "next", "up", "Prev", "Next", "Home", "On this page"}
+        for mark in ("\u00b6", "[source]", "[docs]", "Table of Contents", "Last update"):
+            assert mark not in chunk
 
 
 def test_pdf_font_change_between_letter_and_capital_is_a_word_break() -> None:
@@ -450,6 +559,33 @@ def test_iter_source_files(tmp_path: Path) -> None:
     ]
     again = list(iter_source_files([root / "sub", root, hidden_given, extra]))
     assert again == found
+
+
+def test_walk_leaves_out_sphinx_copies_and_redirect_stubs(tmp_path: Path) -> None:
+    # A copy of the real pandas pages: two API pages, two redirect stubs (pandas ships 1,511)
+    # and a page's reST source under _sources; plus what sits beside them in a Sphinx build.
+    site = tmp_path / "html"
+    shutil.copytree(REAL_SITES / "pandas", site)
+    for name in ["searchindex.js", "genindex.html", "py-modindex.html", "search.html"]:
+        write(site / name, "<p>x</p>")
+    write(site / "user_guide" / "search.html", "<p>A page about searching</p>")
+    write(site / "later.html", '<meta http-equiv="refresh" content="5; url=a.html"><p>Soon</p>')
+    found, skipped = scan_source_files([site])
+    assert [p.relative_to(site).as_posix() for p in found] == [
+        "later.html",
+        "reference/api/pandas.DataFrame.index.html",
+        "reference/api/pandas.option_context.__call__.html",
+        "user_guide/search.html",
+    ]
+    assert [s.path.name for s in skipped] == ["searchindex.js"]
+    # Given by name, a stub is read; without searchindex.js, _sources is a folder like others.
+    stub = site / "generated" / "pandas.DataFrame.index.html"
+    assert scan_source_files([stub])[0] == [stub]
+    (site / "searchindex.js").unlink()
+    found, _ = scan_source_files([site])
+    assert "_sources/reference/api/pandas.DataFrame.index.rst.txt" in [
+        p.relative_to(site).as_posix() for p in found
+    ]
 
 
 def test_iter_source_files_missing_path(tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ import httpx
 import pytest
 from django.conf import settings as django_settings
 
-from tests.helpers import api_post, bearer_token
+from tests.helpers import api_post, bearer, bearer_token
 
 pytestmark = pytest.mark.django_db
 
@@ -41,14 +41,14 @@ def test_a_malformed_authorization_header_is_not_logged(client, asker, everythin
 
 def test_a_wrong_token_is_not_logged(client, everything_logged):
     wrong = "ca_" + "x" * 43
-    response = _post(client, HTTP_AUTHORIZATION=f"Bearer {wrong}")
+    response = _post(client, **bearer(raw=wrong))
     assert response.status_code == 401
     assert "x" * 43 not in everything_logged.text
 
 
 def test_a_right_token_is_not_logged(client, asker, everything_logged):
     raw = bearer_token(asker, name="t")
-    response = _post(client, HTTP_AUTHORIZATION=f"Bearer {raw}")
+    response = _post(client, **bearer(raw=raw))
     assert response.status_code == 200
     assert raw[3:] not in everything_logged.text
 

@@ -9,7 +9,7 @@ from answers import pipeline
 from answers.citations import iter_markers
 from answers.models import Answer, Question, RetrievedSource
 from tests.corpus import RESTRICTED
-from tests.helpers import ask, start
+from tests.helpers import ask, fail_access_check, start
 
 pytestmark = pytest.mark.django_db
 
@@ -118,12 +118,7 @@ def test_a_group_member_gets_the_restricted_documents(member, scripted):
 
 
 def test_access_check_that_raises_fails_closed(asker, scripted, monkeypatch):
-    from answers import selectors
-
-    def broken(**kwargs):
-        raise RuntimeError("permission backend down")
-
-    monkeypatch.setattr(selectors, "document_visible_ids", broken)
+    fail_access_check(monkeypatch)
     run = start(user=asker, question="What is a lambda expression?")
     assert run.sources == []
     assert run.prompt.sources == ()
@@ -227,7 +222,7 @@ def test_query_count_per_answer_does_not_depend_on_the_number_of_sources(
     assert len(queries) <= QUERIES_PER_ANSWER[connection.vendor], [q["sql"] for q in queries]
 
 
-QUERIES_PER_ANSWER = {"sqlite": 41, "postgresql": 25}
+QUERIES_PER_ANSWER = {"sqlite": 28, "postgresql": 24}
 
 
 def _query_count_with_one_source(asker, scripted, settings, question) -> int:

@@ -124,3 +124,52 @@ def test_on_the_demo_corpus_the_named_statement_comes_first(
     settings.ANSWERS = {"RANK_TITLE_WEIGHT": 0.0, "RANK_SIZE_PRIOR": 0.0}
     unranked = pipeline.retrieve_sources(user=asker, question=question).sources
     assert unranked[0].title != title
+
+
+# API reference pages (ADR 0032)
+
+
+@pytest.mark.parametrize(
+    ("title", "is_api"),
+    [
+        ("pandas.Series.str.join — pandas 1.5.3 documentation", True),
+        ("scipy.io.FortranFile.close — SciPy v1.10.1 Manual", True),
+        ("django.utils.functional | Django documentation", True),
+        ("numpy.sum()", True),
+        ("The with statement", False),
+        ("Managing files — Django 3.2.25 documentation", False),
+        ("19.3. Starting the Database Server", False),
+        ("README", False),
+    ],
+)
+def test_an_api_reference_title_is_one_dotted_name(title: str, is_api: bool) -> None:
+    assert ranking.api_title(title) is is_api
+
+
+@pytest.mark.parametrize(
+    ("question", "names_code"),
+    [
+        ("How do I join a list of strings with commas?", False),
+        ("What is 2.5 rounded to an integer?", False),
+        ("How does os.path.join treat an absolute part?", True),
+        ("What does __exit__ return?", True),
+        ("Why is first_name empty?", True),
+        ("What does len() count?", True),
+    ],
+)
+def test_a_question_names_code_by_a_dotted_or_snake_name_a_call_or_a_dunder(
+    question: str, names_code: bool
+) -> None:
+    assert ranking.names_code(question) is names_code
+
+
+def test_an_api_page_yields_to_prose_for_a_question_that_names_no_code() -> None:
+    api = cand(1, 1, 0.6, title="pandas.Series.str.join — pandas 1.5.3 documentation")
+    prose = cand(2, 2, 0.55, title="String methods")
+    weights = {**WEIGHTS, "title_weight": 0.0, "api_title_penalty": 0.1}
+    assert order([api, prose], "How do I join strings with a comma?", **weights) == [2, 1]
+    assert api.rank_score == pytest.approx(0.5)
+    # A question that names the function keeps the page first; 0 turns the penalty off.
+    assert order([api, prose], "What does pandas.Series.str.join do?", **weights) == [1, 2]
+    off = {**weights, "api_title_penalty": 0.0}
+    assert order([api, prose], "How do I join strings with a comma?", **off) == [1, 2]

@@ -190,30 +190,99 @@ def _log_in(base: str, password: str) -> None:
     assert response.status_code == 302, response.text[-2000:]
 
 
-def test_the_layout_lists_every_module_of_the_app():
+def _layout() -> str:
     text = README.read_text()
     start = text.index("## Layout")
-    layout = text[start : text.index("\n## ", start + 1)]
-    app = REPO_ROOT / "answers"
-    modules = [path.name for path in app.glob("*.py") if path.name != "__init__.py"] + [
-        f"{path.name}/"
-        for path in app.iterdir()
-        if path.is_dir() and not path.name.startswith("__")
+    return text[start : text.index("```\n", text.index("```", start) + 3)]
+
+
+def _layout_entries() -> dict[str, str]:
+    """The README layout's entries: each path (its folders' names joined by indentation)
+    and what its line says about it."""
+    entries: dict[str, str] = {}
+    folders: list[tuple[int, str]] = []
+    for line in _layout().splitlines():
+        match = re.match(r"^( *)([\w./]+)(?: {2,}(\S.*))?$", line)
+        if not match:
+            continue
+        indent, name = len(match.group(1)), match.group(2)
+        folders = [(depth, folder) for depth, folder in folders if depth < indent]
+        entries["".join(folder for _, folder in folders) + name] = match.group(3) or ""
+        if name.endswith("/"):
+            folders.append((indent, name))
+    return entries
+
+
+def test_the_layout_lists_every_module_one_line_each():
+    """Every module of the app and the project has a line of its own under its folder,
+    saying what it is for (an ``__init__.py`` with no code but its docstring is none)."""
+    import ast
+
+    def has_code(path: Path) -> bool:
+        tree = ast.parse(path.read_text())
+        return path.name != "__init__.py" or len(tree.body) > bool(ast.get_docstring(tree))
+
+    entries = _layout_entries()
+    modules = [
+        str(path.relative_to(REPO_ROOT))
+        for folder in ("answers", "config")
+        for path in sorted((REPO_ROOT / folder).rglob("*.py"))
+        if "migrations" not in path.parts and has_code(path)
     ]
-    missing = [name for name in modules if name not in layout]
-    assert not missing, f"README Layout does not list: {missing}"
-    for name in (
-        "bm25.py",
-        "postgres.py",
-        "sqlite_fts5.py",
-        "stemming.py",
-        "extractive.py",
-        "generation.py",
-        "relay.py",
-        "log.py",
-        "refusals.py",
-    ):
-        assert name in layout
+    missing = [module for module in modules if not entries.get(module)]
+    assert not missing, f"README Layout has no line for: {missing}"
+
+
+# Calls that read an environment variable named by their first argument, and the keyword
+# that names one (``Setting(env=...)``, ``dj_database_url.config(env=...)``).
+_ENV_READERS = {"os.environ.get", "os.getenv", "env_bool", "env_list"}
+
+
+def _environment_variables_read() -> set[str]:
+    import ast
+
+    names: set[str] = set()
+    files = [
+        path
+        for folder in ("answers", "config")
+        for path in (REPO_ROOT / folder).rglob("*.py")
+        if "migrations" not in path.parts
+    ]
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call):
+                if ast.unparse(node.func) in _ENV_READERS and node.args:
+                    first = node.args[0]
+                    if isinstance(first, ast.Constant) and isinstance(first.value, str):
+                        names.add(first.value)
+                for keyword in node.keywords:
+                    value = keyword.value
+                    if keyword.arg == "env" and isinstance(value, ast.Constant) and value.value:
+                        names.add(str(value.value))
+            elif (
+                isinstance(node, ast.Subscript)
+                and ast.unparse(node.value) == "os.environ"
+                and isinstance(node.slice, ast.Constant)
+            ):
+                names.add(str(node.slice.value))
+    return names
+
+
+def test_every_environment_variable_read_is_in_the_table():
+    """docs/environment.md lists every variable config/ and answers/ read, and nothing
+    else but what `make run` takes (PORT, HOST)."""
+    read = _environment_variables_read()
+    # The scan itself finds each kind of read: os.environ.get, env_bool, Setting(env=...),
+    # dj_database_url's env=.
+    assert {"REDIS_URL", "DJANGO_DEBUG", "ANSWERS_PROVIDER", "DATABASE_URL"} <= read, read
+    table = (REPO_ROOT / "docs" / "environment.md").read_text()
+    rows = [line.split("|")[1] for line in table.splitlines() if line.startswith("| `")]
+    documented = {name for row in rows for name in re.findall(r"`([A-Z][A-Z0-9_]+)`", row)}
+    assert not read - documented, f"docs/environment.md lacks: {sorted(read - documented)}"
+    makefile = (REPO_ROOT / "Makefile").read_text()
+    taken_by_make = set(re.findall(r"^([A-Z_]+) +\?=", makefile, re.M))
+    stale = documented - read - taken_by_make
+    assert not stale, f"docs/environment.md lists what nothing reads: {sorted(stale)}"
 
 
 def test_every_local_link_in_the_readme_and_docs_resolves():
@@ -237,10 +306,26 @@ def test_selectors_only_query():
     import ast
 
     source = (REPO_ROOT / "answers" / "selectors.py").read_text()
-    imported = {
-        alias.name
-        for node in ast.walk(ast.parse(source))
-        if isinstance(node, ast.ImportFrom)
-        for alias in node.names
-    }
-    assert not imported & {"reverse", "render_answer_html", "safe_url", "source_anchor"}
+    imports = [node for node in ast.walk(ast.parse(source)) if isinstance(node, ast.ImportFrom)]
+    modules = {"." * node.level + (node.module or "") for node in imports}
+    names = {alias.name for node in imports for alias in node.names}
+    output = {"django.urls", "django.shortcuts", "django.utils.html", "django.utils.safestring"}
+    output |= {"django.template", "django.template.loader"}
+    output |= {".rendering", ".presenters", ".panels", ".markup"}
+    assert not modules & output, modules & output
+    assert not names & {"reverse", "render_answer_html", "safe_url", "source_anchor", "excerpt"}
+    assert "excerpt" not in source
+
+
+def test_the_sources_panel_is_one_template_file():
+    """Every page and the WebSocket render the Sources panel from one partial file."""
+    templates = [*(REPO_ROOT / "answers" / "templates").rglob("*.html")]
+    templates += [*(REPO_ROOT / "templates").rglob("*.html")]
+    defining = [
+        str(path.relative_to(REPO_ROOT))
+        for path in templates
+        if "data-sources-panel" in path.read_text()
+    ]
+    assert defining == ["answers/templates/answers/sources.html"], defining
+    panels = (REPO_ROOT / "answers" / "panels.py").read_text()
+    assert '"answers/sources.html#sources-panel"' in panels

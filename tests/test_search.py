@@ -267,3 +267,69 @@ def test_accent_folding_is_nfkd_without_combining_marks(text: str) -> None:
 
     decomposed = unicodedata.normalize("NFKD", text.lower())
     assert _fold(text) == "".join(c for c in decomposed if not unicodedata.combining(c))
+
+
+def test_remembered_terms_are_the_tokenizers_own():
+    # A term goes through the database's tokenizer once per process (base.TermCache); what
+    # is remembered must be what the database gives, also once the bounded cache has been
+    # cleared for being full.
+    from answers.search import base
+
+    backend = get_search_backend()
+    terms = [*query_terms(" ".join(SCOPE_QUESTIONS)), "naïve", "---", "try"]
+    cache = base.TermCache(size=5)
+    asked: list[list[str]] = []
+    fresh = base.TermCache().get_many(terms, lambda missing: _tokens(backend, missing))
+
+    def compute(missing: list[str]) -> dict[str, str]:
+        asked.append(missing)
+        return _tokens(backend, missing)
+
+    for start in range(0, len(terms), 3):  # fills and clears the cache several times
+        part = terms[start : start + 3]
+        assert cache.get_many(part, compute) == {t: fresh[t] for t in part}
+        assert len(cache._known) <= 5
+    asked.clear()
+    assert cache.get_many(terms[-2:], compute) == {t: fresh[t] for t in terms[-2:]}
+    assert asked == []  # remembered: the database is not asked again
+    assert fresh["---"] is None and fresh["try"]
+
+
+def _tokens(backend, terms: list[str]) -> dict[str, str]:
+    if connection.vendor == "sqlite":
+        with connection.cursor() as cursor:
+            return backend._tokenize(cursor, terms)
+    from answers.search.postgres import _lexemes_of
+
+    return _lexemes_of(terms)
+
+
+@pytest.mark.skipif(connection.vendor != "sqlite", reason="the SQLite FTS5 index")
+@pytest.mark.parametrize("limit", [1, 5, 40])
+def test_the_bounded_scoped_search_ranks_as_scoring_every_match(asker, monkeypatch, limit):
+    # An outsider's search scores only the chunks holding the rarer stems when that
+    # provably suffices (MaxScore); forced to try it on every question, the hits and
+    # scores must be those of scoring every match.
+    from answers.search import sqlite_fts5
+    from answers.selectors import document_list_visible
+
+    backend = sqlite_fts5.SQLiteFTS5Backend()
+    scope = document_list_visible(user=asker)
+    bounded_runs: list[list[str]] = []
+    rank = sqlite_fts5.SQLiteFTS5Backend._scoped_rank
+
+    def spy(*args, candidates=None, **kwargs):  # type: ignore[no-untyped-def]
+        if candidates is not None:
+            bounded_runs.append(candidates)
+        return rank(*args, candidates=candidates, **kwargs)
+
+    monkeypatch.setattr(sqlite_fts5.SQLiteFTS5Backend, "_scoped_rank", staticmethod(spy))
+    for question in [*SCOPE_QUESTIONS, "statement expression value object function name"]:
+        monkeypatch.setattr(sqlite_fts5, "CANDIDATE_SHARE", 1.0)
+        bounded = backend.search(question, limit=limit, documents=scope)
+        monkeypatch.setattr(sqlite_fts5, "CANDIDATE_SHARE", 0.0)
+        every = backend.search(question, limit=limit, documents=scope)
+        assert [h.chunk_id for h in bounded] == [h.chunk_id for h in every], question
+        for mine, theirs in zip(bounded, every, strict=True):
+            assert mine.score == pytest.approx(theirs.score, rel=1e-12), question
+    assert bounded_runs  # the bounded pass did run

@@ -2,7 +2,7 @@
 
 A backend returns chunk ids with a *normalized* score: 0..1, higher is better, and
 comparable across corpora and query lengths, so one ``SCORE_THRESHOLD`` means the same
-everywhere. How each backend normalizes is documented on the backend and in the README;
+everywhere. How each backend normalizes is documented on the backend and in docs/scores.md;
 the built-in ones (SQLite FTS5, PostgreSQL) share one formula (``bm25``, ADR 0003, 0007).
 
 A search is scoped to the documents the asker may view (ADR 0009): the backend searches
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import inspect
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -50,6 +51,38 @@ def query_terms(text: str) -> list[str]:
             if len(seen) == MAX_QUERY_TERMS:
                 break
     return list(seen)
+
+
+class TermCache:
+    """What the database's tokenizer makes of each query term, remembered per process.
+
+    A term's stem (FTS5) or lexeme (PostgreSQL) depends only on the term and on a
+    tokenizer and stemmer fixed by migrations, so asking the database once per term is
+    enough. Bounded: cleared whole when full (terms seen again are cheap to redo).
+    """
+
+    def __init__(self, size: int = 50_000) -> None:
+        self.size = size
+        self._known: dict[str, str | None] = {}
+
+    def get_many(
+        self, terms: list[str], compute: Callable[[list[str]], dict[str, str]]
+    ) -> dict[str, str | None]:
+        """Each of ``terms`` with its token (None: the tokenizer finds none in it);
+        ``compute`` is called once, with the terms not remembered, if there are any."""
+        known = {term: self._known[term] for term in terms if term in self._known}
+        missing = list(dict.fromkeys(term for term in terms if term not in known))
+        if missing:
+            found = compute(missing)
+            fresh = {term: found.get(term) for term in missing}
+            if len(self._known) + len(fresh) > self.size:
+                self._known.clear()
+            self._known.update(fresh)
+            known.update(fresh)
+        return known
+
+    def clear(self) -> None:
+        self._known.clear()
 
 
 @dataclass(frozen=True)

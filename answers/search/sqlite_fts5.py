@@ -20,21 +20,24 @@ those of the chunks out of scope (lengths kept per chunk by migration 0005's tri
 each term's chunk count is its matching rowids (FTS5 walks its doclist) that are in
 scope; each term's frequency in a chunk is solved from that term's whole-table
 ``bm25()``, then rescored with the scope's statistics (``_SCOPED_BM25_SQL``). Each step
-is linear in the postings of the question's terms or in the chunks out of scope.
+is linear in the postings of the question's terms or in the chunks out of scope; as for
+FTS5's own ranking (ADR 0027), the common terms' ``bm25()`` is computed only for the
+chunks holding a rarer term when their ceilings prove the rest cannot enter the result.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from django.core.exceptions import EmptyResultSet
-from django.db import connection
+from django.db import connection, transaction
 from django.db.backends.utils import CursorWrapper
 
 from . import bm25
-from .base import SearchHit, query_terms
+from .base import SearchHit, TermCache, query_terms
 from .stemming import stem_text
 
 if TYPE_CHECKING:
@@ -47,7 +50,6 @@ FTS_TABLE = "answers_chunk_fts"
 VOCAB_TABLE = "answers_chunk_fts_vocab"
 DATA_TABLE = "answers_chunk_fts_data"  # FTS5's shadow table: its totals are record 1
 LENGTH_TABLE = "answers_chunk_fts_length"  # each row's tokens, from docsize (migration 0005)
-EXCLUDED_TABLE = "temp.answers_search_excluded"  # per connection, like the scratch index
 CANDIDATE_TABLE = "temp.answers_search_candidates"  # the bounded top-k's (ADR 0027)
 # The bounded top-k tries a candidate pass only when its phrases' postings are at most this
 # share of all the expression's postings (a speed choice; the result is exact either way).
@@ -70,14 +72,15 @@ class _Plan:
 # for the term frequency f (an integer: title instances count 2, text ones 1; rounded, as
 # the float error is far below 0.5 for any chunk), the term's share is recomputed with the
 # scope's idf and avgdl, and summed per chunk. Parameters: per term (its MATCH phrase),
-# then per term (t, idf_all, idf), avgdl_all, avgdl, limit.
+# then per term (t, idf_all, idf), the excluded chunk ids (a JSON array: one parameter,
+# no scratch table to fill), avgdl_all, avgdl, limit.
 _SCOPED_BM25_SQL = """
 WITH m(t, doc, s) AS MATERIALIZED ({matches}),
 q(t, idf_all, idf) AS (VALUES {terms}),
 r AS MATERIALIZED (
     SELECT m.doc AS doc, m.s / q.idf_all AS g, q.idf AS idf, l.tokens AS d
     FROM m JOIN q ON q.t = m.t JOIN {lengths} AS l ON l.id = m.doc
-    WHERE m.doc NOT IN (SELECT id FROM {excluded})
+    WHERE m.doc NOT IN (SELECT value FROM json_each(%s))
 ),
 k AS (
     SELECT doc, g, idf,
@@ -90,6 +93,21 @@ SELECT doc, sum(idf * ((freq * ({k1} + 1.0)) / (freq + k))) AS raw
 FROM f GROUP BY doc ORDER BY raw DESC, doc LIMIT %s
 """
 _MATCH_SQL = "SELECT {t}, rowid, -bm25({fts}, {title}, 1.0) FROM {fts} WHERE {fts} MATCH %s"
+# Each stem's chunks over the whole table and in scope, for every stem in one statement.
+# Parameters: the excluded chunk ids (a JSON array), then per stem its MATCH phrase.
+_SCOPED_COUNTS_SQL = """
+SELECT t, count(*), sum(rowid NOT IN (SELECT value FROM json_each(%s)))
+FROM ({matches}) GROUP BY t
+"""
+_ROWID_SQL = "SELECT {t} AS t, rowid FROM {fts} WHERE {fts} MATCH %s"
+# The bounded scoped top-k: the chunks holding a rarer stem, found without ranking; the
+# other stems' bm25() then runs on those only (CROSS JOIN keeps FTS5 the outer loop).
+_CANDIDATES_CTE = "cand(id) AS MATERIALIZED (SELECT rowid FROM {fts} WHERE {fts} MATCH %s),"
+_CANDIDATE_MATCH_SQL = (
+    "SELECT {t}, f.rowid, -bm25({fts}, {title}, 1.0) FROM {fts} AS f "
+    "CROSS JOIN cand ON cand.id = f.rowid WHERE {fts} MATCH %s"
+)
+_STEMS = TermCache()  # each term through the scratch index once per process
 _TOKENIZER = "unicode61 remove_diacritics 2"  # the text is stemmed already (migration 0007)
 
 
@@ -226,6 +244,14 @@ class SQLiteFTS5Backend:
         )
         return [(int(pk), float(raw)) for pk, raw in cursor.fetchall()]
 
+    def maintain(self) -> None:
+        """After a bulk write: refresh the query planner's statistics where they are stale."""
+        # In a transaction: BEGIN IMMEDIATE waits for the write lock (the busy timeout), where
+        # an autocommit PRAGMA that reads and then writes fails at once ("database is locked")
+        # if another process wrote in between (a concurrent ingest's batch).
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute("PRAGMA optimize")
+
     def plan(self, cursor: CursorWrapper, query: str) -> tuple[str, float] | None:
         """The MATCH expression for ``query`` and the bound its scores are divided by."""
         planned = self._plan(cursor, query)
@@ -247,7 +273,12 @@ class SQLiteFTS5Backend:
 
     def _stems(self, cursor: CursorWrapper, terms: list[str]) -> dict[str, str]:
         """Each query term with its stem as the index stores it (stemmed as the triggers
-        stem, then split by FTS5's own tokenizer)."""
+        stem, then split by FTS5's own tokenizer); a term FTS5 finds no token in is left out."""
+        known = _STEMS.get_many(terms, lambda missing: self._tokenize(cursor, missing))
+        return {term: stem for term in terms if (stem := known[term]) is not None}
+
+    @staticmethod
+    def _tokenize(cursor: CursorWrapper, terms: list[str]) -> dict[str, str]:
         # A per-connection scratch index runs the exact tokenizer the corpus used.
         cursor.execute(
             "CREATE VIRTUAL TABLE IF NOT EXISTS temp.answers_query_terms "
@@ -303,10 +334,13 @@ class SQLiteFTS5Backend:
             scope, params = documents.order_by().values("pk").query.sql_with_params()
         except EmptyResultSet:
             return None
+        # The documents out of scope first, then their chunks by the document_id index:
+        # linear in the documents and in the chunks out of scope, never in all the chunks
+        # (joining every chunk to its document first cost 28 ms at 38k chunks, this 7).
         cursor.execute(
-            "SELECT c.id, l.tokens FROM answers_document d "  # noqa: S608
-            "JOIN answers_chunk c ON c.document_id = d.id "
-            f"JOIN {LENGTH_TABLE} l ON l.id = c.id WHERE d.id NOT IN ({scope})",
+            f"SELECT c.id, l.tokens FROM answers_chunk c JOIN {LENGTH_TABLE} l ON l.id = c.id "  # noqa: S608
+            "WHERE c.document_id IN "
+            f"(SELECT d.id FROM answers_document d WHERE d.id NOT IN ({scope}))",
             params,
         )
         return dict(cursor.fetchall())
@@ -325,19 +359,21 @@ class SQLiteFTS5Backend:
             return []
         avgdl = float(tokens) / float(rows)  # as fts5_aux.c computes it
         # Each stem's chunks in scope, matched as FTS5 matches the phrase (by its term).
-        doc_counts: dict[str, int] = {}
-        all_counts: dict[str, int] = {}  # over the whole table, as FTS5's bm25() counts
-        term_of: dict[str, str] = {}
-        for term, stem in stems.items():
-            if stem not in term_of:
-                term_of[stem] = term
-                cursor.execute(
-                    f"SELECT rowid FROM {FTS_TABLE} WHERE {FTS_TABLE} MATCH %s",  # noqa: S608
-                    [_quote(stem)],
+        distinct = list(dict.fromkeys(stems.values()))
+        excluded_ids = json.dumps(list(excluded))
+        cursor.execute(
+            _SCOPED_COUNTS_SQL.format(
+                matches=" UNION ALL ".join(
+                    _ROWID_SQL.format(t=t, fts=FTS_TABLE) for t in range(len(distinct))
                 )
-                rowids = {rowid for (rowid,) in cursor.fetchall()}
-                all_counts[stem] = len(rowids)
-                doc_counts[stem] = len(rowids - excluded.keys())
+            ),
+            [excluded_ids, *(_quote(stem) for stem in distinct)],
+        )
+        all_counts: dict[str, int] = dict.fromkeys(distinct, 0)  # as FTS5's bm25() counts
+        doc_counts: dict[str, int] = dict.fromkeys(distinct, 0)
+        for t, matched, in_scope in cursor.fetchall():
+            all_counts[distinct[t]] = int(matched)
+            doc_counts[distinct[t]] = int(in_scope)
         idfs = {stem: bm25.idf(count, rows) for stem, count in doc_counts.items()}
         bound = bm25.score_bound(idfs[stem] for stem in stems.values())
         # The same plan as FTS5's: terms in half the chunks or more are not matched.
@@ -349,34 +385,82 @@ class SQLiteFTS5Backend:
         if not held:
             return []
         all_avgdl = float(sum(column_tokens)) / float(all_rows)
-        matches = " UNION ALL ".join(
-            _MATCH_SQL.format(t=t, fts=FTS_TABLE, title=float(bm25.TITLE_WEIGHT))
-            for t in range(len(held))
-        )
+        # Per stem: its whole-table idf (to solve for the frequency) and its scoped weight,
+        # once per query term that has it (FTS5 phrases).
+        weights = {
+            stem: (bm25.idf(all_counts[stem], all_rows), idfs[stem] * useful.count(stem))
+            for stem in held
+        }
+        averages = (all_avgdl, avgdl)
+        scored = self._scoped_top(cursor, held, weights, doc_counts, averages, excluded_ids, limit)
+        return [SearchHit(chunk_id=pk, score=min(1.0, raw / bound)) for pk, raw in scored]
+
+    def _scoped_top(
+        self,
+        cursor: CursorWrapper,
+        held: list[str],
+        weights: dict[str, tuple[float, float]],
+        doc_counts: dict[str, int],
+        averages: tuple[float, float],
+        excluded_ids: str,
+        limit: int,
+    ) -> list[Row]:
+        """The best ``limit`` chunks in scope, as scoring every match orders them, scoring
+        only the chunks holding the rarer stems when that provably suffices (MaxScore, as
+        ``_top`` does for FTS5's own ranking, ADR 0027): a stem adds strictly less than
+        ``(k1+1)`` times its scoped weight, so when the ``limit``-th candidate is at or
+        above the other stems' ceilings together, no chunk holding only those can enter."""
+        by_rarity = sorted(held, key=lambda stem: (doc_counts[stem], stem))
+        rare, found = [], 0
+        for stem in by_rarity:
+            rare.append(stem)
+            found += doc_counts[stem]
+            if found >= limit:
+                break
+        common = by_rarity[len(rare) :]
+        total = sum(doc_counts[stem] for stem in held)
+        if common and found <= total * CANDIDATE_SHARE:
+            scored = self._scoped_rank(
+                cursor, held, weights, averages, excluded_ids, limit, candidates=rare
+            )
+            floor = scored[-1][1] if len(scored) == limit else 0.0
+            if sum((bm25.K1 + 1) * weights[stem][1] for stem in common) <= floor:
+                return scored
+        return self._scoped_rank(cursor, held, weights, averages, excluded_ids, limit)
+
+    @staticmethod
+    def _scoped_rank(
+        cursor: CursorWrapper,
+        held: list[str],
+        weights: dict[str, tuple[float, float]],
+        averages: tuple[float, float],
+        excluded_ids: str,
+        limit: int,
+        *,
+        candidates: list[str] | None = None,
+    ) -> list[Row]:
+        """``_SCOPED_BM25_SQL`` over the chunks holding any of ``candidates`` (every match
+        when None): the other stems' bm25() is then computed for those chunks only."""
+        parts: list[str] = []
+        params: list[str | int | float] = []
+        if candidates is not None:
+            params.append(" OR ".join(_quote(c) for c in candidates))
+        for t, stem in enumerate(held):
+            restricted = candidates is not None and stem not in candidates
+            part = _CANDIDATE_MATCH_SQL if restricted else _MATCH_SQL
+            parts.append(part.format(t=t, fts=FTS_TABLE, title=float(bm25.TITLE_WEIGHT)))
+            params.append(_quote(stem))
         sql = _SCOPED_BM25_SQL.format(
-            matches=matches,
+            matches=" UNION ALL ".join(parts),
             terms=", ".join(["(%s, %s, %s)"] * len(held)),
             lengths=LENGTH_TABLE,
-            excluded=EXCLUDED_TABLE,
             k1=float(bm25.K1),
             b=float(bm25.B),
         )
-        params: list[str | int | float] = [_quote(stem) for stem in held]
+        if candidates is not None:
+            sql = sql.replace("WITH ", "WITH " + _CANDIDATES_CTE.format(fts=FTS_TABLE), 1)
         for t, stem in enumerate(held):
-            # A stem weighs its scoped idf once per query term that has it (FTS5 phrases).
-            params += [t, bm25.idf(all_counts[stem], all_rows), idfs[stem] * useful.count(stem)]
-        params += [all_avgdl, avgdl, limit]
-        # The chunks out of scope, for the statement to skip (a keyed scratch table).
-        cursor.execute(
-            f"CREATE TEMP TABLE IF NOT EXISTS {EXCLUDED_TABLE.split('.')[1]} "
-            "(id INTEGER PRIMARY KEY)"
-        )
-        cursor.execute(f"DELETE FROM {EXCLUDED_TABLE}")  # noqa: S608
-        cursor.executemany(
-            f"INSERT INTO {EXCLUDED_TABLE}(id) VALUES (%s)",  # noqa: S608
-            [(pk,) for pk in excluded],
-        )
+            params += [t, *weights[stem]]
+        params += [excluded_ids, *averages, limit]
         cursor.execute(sql, params)
-        return [
-            SearchHit(chunk_id=pk, score=min(1.0, raw / bound)) for pk, raw in cursor.fetchall()
-        ]
+        return [(int(pk), float(raw)) for pk, raw in cursor.fetchall()]

@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, settings
 from schemathesis.checks import CHECKS
 
 from answers.api import api
-from tests.helpers import bearer_token
+from tests.helpers import bearer_headers, bearer_token
 
 pytestmark = pytest.mark.django_db
 
@@ -56,7 +56,7 @@ def token(asker, settings):  # type: ignore[no-untyped-def]
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 def test_api_conforms_to_its_schema(case, token):  # type: ignore[no-untyped-def]
-    case.call_and_validate(headers={"Authorization": f"Bearer {token}"}, checks=_checks())
+    case.call_and_validate(headers=bearer_headers(raw=token), checks=_checks())
 
 
 def test_every_operation_is_fuzzed():

@@ -7,11 +7,11 @@ import pytest
 from asgiref.sync import async_to_sync
 from bs4 import BeautifulSoup
 
-from answers import selectors, services
+from answers import services
 from answers.citations import iter_markers
 from answers.models import Answer, Document, Feedback
 from tests.corpus import RESTRICTED
-from tests.helpers import ask
+from tests.helpers import ask, fail_access_check
 from tests.sockets import session_socket
 
 pytestmark = pytest.mark.django_db
@@ -77,10 +77,7 @@ def test_hostile_payloads_are_inert_in_every_admin_view(admin_client, asker, scr
 
 
 def test_a_permission_check_that_raises_fails_closed(asker, scripted, monkeypatch):
-    def broken(**kwargs):  # type: ignore[no-untyped-def]
-        raise RuntimeError("the group service is down")
-
-    monkeypatch.setattr(selectors, "document_visible_ids", broken)
+    fail_access_check(monkeypatch, RuntimeError("the group service is down"))
     done = ask(user=asker, question="What is a lambda expression?")
     assert done.answer.status == "no_answer" and done.answer.references == ()
     assert scripted.prompts == []  # no prompt at all, never an unfiltered one

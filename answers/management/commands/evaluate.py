@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,35 @@ def _fmt(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}"
 
 
+# The figures --save writes and --compare sets side by side: (key in Metrics.rates(), header).
+COMPARED = (
+    ("hit1", "hit@1"),
+    ("hit5", "hit@5"),
+    ("mrr", "MRR"),
+    ("abstain", "abstain"),
+    ("offtopic", "off answered"),
+    ("dup5", "dup@5"),
+)
+
+
+def _run_record(label: str, rows: list[Metrics]) -> dict[str, Any]:
+    return {
+        "label": label,
+        "rows": [{"name": r.name, "on": r.on_topic, "off": r.off_topic, **r.rates()} for r in rows],
+    }
+
+
+def _run_load(path: Path) -> dict[str, Any]:
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(record, dict):
+            raise ValueError("not an object")
+        label, rows = str(record["label"]), record["rows"]
+        return {"label": label, "rows": {str(row["name"]): row for row in rows}}
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise CommandError(f"{path}: not a run saved by --save ({exc})") from None
+
+
 class Command(BaseCommand):
     help = (
         "Run question sets (JSON Lines: {question, expect: [source key or title, ...]}) "
@@ -77,6 +107,23 @@ class Command(BaseCommand):
             "print citation recall and precision (ALCE, with the support score) and the "
             "share of answers whose first cited claim cites an expected document.",
         )
+        parser.add_argument(
+            "--save",
+            type=Path,
+            help="Write this run's figures (every row of the table) to FILE as JSON, for "
+            "--compare.",
+        )
+        parser.add_argument(
+            "--label", default="this run", help="The run's name in --save and --compare."
+        )
+        parser.add_argument(
+            "--compare",
+            type=Path,
+            action="append",
+            default=[],
+            help="A run saved with --save: after the table, print its figures and this run's "
+            "side by side (repeatable; with no question sets, the saved runs alone).",
+        )
         for option, _, minimum, label in FLOORS:
             parser.add_argument(
                 "--" + option.replace("_", "-"),
@@ -92,7 +139,11 @@ class Command(BaseCommand):
                 raise CommandError(f"No user {options['user']!r}.") from None
         else:
             user = evaluation_user_default()
+        compared = [_run_load(path) for path in options["compare"]]
         if not options["files"] and not options["support_labels"]:
+            if compared:
+                self._compare(compared)
+                return
             raise CommandError("Give question sets, --support-labels FILE, or both.")
         try:
             sets = [(str(path), evaluation_set_load(path=path)) for path in options["files"]]
@@ -128,6 +179,12 @@ class Command(BaseCommand):
             ]
             rows.append(total)
         self._table(rows)
+        if options["save"]:
+            record = _run_record(options["label"], rows)
+            options["save"].write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+        if compared:
+            this = _run_record(options["label"], rows)
+            self._compare([*compared, {**this, "rows": {r["name"]: r for r in this["rows"]}}])
         if options["answers"]:
             self._answers(sets, user)
         if options["misses"]:
@@ -149,15 +206,36 @@ class Command(BaseCommand):
     def _table(self, rows: list[Metrics]) -> None:
         width = max(len(r.name) for r in rows)
         head = f"{'set':<{width}}  {'on':>4}  {'hit@1':>6}  {'hit@5':>6}  {'MRR':>6}  "
-        head += f"{'abstain':>7}  {'off':>4}  {'off answered':>12}"
+        head += f"{'abstain':>7}  {'off':>4}  {'off answered':>12}  {'dup@5':>6}"
         self.stdout.write(head)
         for r in rows:
             x = r.rates()
             self.stdout.write(
                 f"{r.name:<{width}}  {r.on_topic:>4}  {_fmt(x['hit1']):>6}  "
                 f"{_fmt(x['hit5']):>6}  {_fmt(x['mrr']):>6}  {_fmt(x['abstain']):>7}  "
-                f"{r.off_topic:>4}  {_fmt(x['offtopic']):>12}"
+                f"{r.off_topic:>4}  {_fmt(x['offtopic']):>12}  {_fmt(x['dup5']):>6}"
             )
+
+    def _compare(self, runs: list[dict[str, Any]]) -> None:
+        """Each figure once per run, the runs side by side, for the sets of the first run."""
+        names = list(runs[0]["rows"])
+        names += [n for run in runs[1:] for n in run["rows"] if n not in names]
+        width = max(len("set"), *(len(n) for n in names))
+        cell = max(6, *(len(run["label"]) for run in runs))
+        group = len(runs) * (cell + 2) - 2
+        self.stdout.write("")
+        self.stdout.write(
+            f"{'':<{width}}  " + "  ".join(f"{header:^{group}}" for _, header in COMPARED)
+        )
+        labels = "  ".join(f"{run['label']:>{cell}}" for run in runs)
+        self.stdout.write(f"{'set':<{width}}  " + "  ".join(labels for _ in COMPARED))
+        for name in names:
+            cells = []
+            for key, _ in COMPARED:
+                for run in runs:
+                    row = run["rows"].get(name)
+                    cells.append(f"{_fmt(row.get(key) if row else None):>{cell}}")
+            self.stdout.write(f"{name:<{width}}  " + "  ".join(cells))
 
     def _answers(self, sets: list[tuple[str, list[Any]]], user: Any) -> None:
         rows: list[AnswerMetrics] = []

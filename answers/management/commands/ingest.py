@@ -196,6 +196,8 @@ class Command(BaseCommand):
                 advance(1)
             writer.flush()
         counts = writer.counts
+        if counts["created"] or counts["updated"]:
+            services.search_index_maintain()
         self.stdout.write(
             f"Ingested {total} document(s): {counts['created']} created, "
             f"{counts['updated']} updated, {counts['unchanged']} unchanged, "

@@ -1,0 +1,66 @@
+"""Near-duplicate documents: MinHash signatures of a body and their estimated similarity.
+
+Pure (no database, no settings). A body's word 3-shingles are hashed once each with BLAKE2b
+(stable across processes and versions, unlike ``hash()``), and its signature is the
+``HASHES`` smallest hash values: the bottom-k form of MinHash (Broder, 1997), which needs
+one hash per shingle where the k-mins form needs ``HASHES`` (measured 3-5x slower in pure
+Python on Django's larger pages). The similarity of two bodies is estimated from the
+``HASHES`` smallest values of the two signatures together: the share of those that both
+signatures hold estimates the Jaccard similarity of the two shingle sets. A body of fewer
+than ``HASHES`` shingles keeps them all, and the estimate is then exact.
+
+Signatures are stored on the document (ADR 0032) so retrieval compares only the handful of
+candidates it already holds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+import re
+import struct
+
+HASHES = 64
+SHINGLE_WORDS = 3
+_VALUE = struct.Struct(">Q")
+_WORD = re.compile(r"\w+")
+
+
+def shingles(body: str) -> set[str]:
+    """The body's distinct word 3-shingles (lower-cased ``\\w+`` words); a body of fewer
+    words gives its words as one shingle, and an empty one none."""
+    words = _WORD.findall(body.lower())
+    if len(words) < SHINGLE_WORDS:
+        return {" ".join(words)} if words else set()
+    return set(map(" ".join, zip(words, words[1:], words[2:], strict=False)))
+
+
+def body_signature(body: str) -> bytes:
+    """The MinHash signature of a document body: its ``HASHES`` smallest 64-bit shingle
+    hashes, ascending, packed (at most 512 bytes); ``b""`` for a body with no words, which
+    is no one's near-duplicate.
+
+    The one function every ingest path calls, so all writers store the same signature."""
+    hashes = {
+        int.from_bytes(hashlib.blake2b(s.encode(), digest_size=8).digest(), "big")
+        for s in shingles(body)
+    }
+    return b"".join(_VALUE.pack(h) for h in heapq.nsmallest(HASHES, hashes))
+
+
+def _values(signature: bytes | memoryview) -> set[int]:
+    data = bytes(signature)  # PostgreSQL's bytea comes back as a memoryview
+    return {value for (value,) in _VALUE.iter_unpack(data[: len(data) - len(data) % 8])}
+
+
+def signature_similarity(first: bytes | memoryview, second: bytes | memoryview) -> float:
+    """Estimated Jaccard similarity (0..1) of the two bodies whose signatures these are;
+    0 when either has none (no words, or not computed), so a missing signature never makes
+    a duplicate."""
+    a, b = _values(first), _values(second)
+    if not a or not b:
+        return 0.0
+    # The k smallest of the union of the two bodies' shingles are the k smallest of the
+    # union of their signatures; the share of them in both estimates |A and B| / |A or B|.
+    union = heapq.nsmallest(HASHES, a | b)
+    return sum(1 for h in union if h in a and h in b) / len(union)
