@@ -441,6 +441,9 @@ def _place(
 # - ``<`` before a run that could be an autolink goes to the parser only if the run holds
 #   a backtick, bracket or backslash; otherwise its reading is the same either way.
 # - A backslash escape is consumed with the character it escapes.
+# - No branch reads past a carriage return: the parser reads a lone one as a line break,
+#   which may close a fence or start a block inside a code span or link text (found by
+#   the oracle test), so the scanner meets it and gives up.
 # Where a line starts a block that ends or changes a paragraph (a list item, quote,
 # heading, thematic break, setext underline, table delimiter row, tilde fence). Anything
 # near one counts: erring this way only sends more text to the parser.
@@ -462,16 +465,16 @@ _FAST = re.compile(
     [^\n`\r\t\uff3b\u3010<\\\[\]]*+
     (?:
       (?P<reset>\n[ \t]*(?=\n[A-Za-z]))
-    | \n(?P<fence>[ ]{0,3}(?P<mark>`{3,}(?=[^`\n]*(?:\n|\Z))|~{3,})[^\n|]*(?=\n|\Z)
-        (?:\n[\s\S]*?)??(?:\n[ \t]*(?P=mark)(?:(?<=`)`*|(?<=~)~*)[ \t]*(?=\n|\Z)|\Z))
+    | \n(?P<fence>[ ]{0,3}(?P<mark>`{3,}(?=[^`\n]*(?:\n|\Z))|~{3,})[^\n\r|]*(?=\n|\Z)
+        (?:\n[^\r]*?)??(?:\n[ \t]*(?P=mark)(?:(?<=`)`*|(?<=~)~*)[ \t]*(?=\n|\Z)|\Z))
     | \n(?P<block>BLOCK)
     | (?P<other>``|[\r\t\uff3b\u3010])
     | <[^<>\x00-\x20`\[\]\\]*>
     | <(?![^<>\x00-\x20]*>)
     | (?P<angle><)
     | \\[!-/:-@\[-`{-~]?
-    | `[^`\n]*(?:\n(?![ \t]*\n)(?!BLOCK|[ ]*`)[^`\n]*)*`(?!`)
-    | !?\[[^\[\]`\n\\]*\]\([^\s()<>`\[\]\\]*\)
+    | `[^`\n\r]*(?:\n(?![ \t]*\n)(?!BLOCK|[ ]*`)[^`\n\r]*)*`(?!`)
+    | !?\[[^\[\]`\n\r\\]*\]\([^\s()<>`\[\]\\]*\)
     | \[(?P<marker>BODY)\](?P<paren>\()?
     | (?P<bracket>[`\[\]])
     | \n
@@ -599,6 +602,9 @@ def rewrite_markers(
     decisions = [replace(marker) for marker in marker_list]
     if all(decision is None for decision in decisions):
         return text
+    # The parser reads a lone carriage return as a line break: lines are judged as it
+    # sees them (same length, same offsets), but the text is copied as written.
+    written_text, text = text, _LONE_CR.sub("\n", text) if "\r" in text else text
     emptied = _emptied_lines(text, marker_list, decisions)
     # Where each run of adjacent dropped markers ends: "`[8][9]`" must be judged by the
     # backticks either side of the whole run, not by the next marker's bracket.
@@ -616,7 +622,7 @@ def rewrite_markers(
             line_start = text.rfind("\n", 0, marker.start) + 1
             fate = emptied.pop(line_start, None)
             if isinstance(fate, int):  # the whole line goes, with its line break
-                pieces.append(text[position:line_start])
+                pieces.append(written_text[position:line_start])
                 position = fate
                 continue
             if fate == ZERO_WIDTH_SPACE:
@@ -638,14 +644,15 @@ def rewrite_markers(
         ):
             # "[x]([ 2 ])" is no link because of the space; "[x]([1])" would be one.
             replacement = replacement[0] + " " + replacement[1:-1] + " " + replacement[-1]
-        pieces.append(between)
+        pieces.append(written_text[position : position + len(between)])
         pieces.append(replacement)
         position = marker.end
-    pieces.append(text[position:])
+    pieces.append(written_text[position:])
     return "".join(pieces)
 
 
 _HAS_SPACE = re.compile(r"[ \u3000]")
+_LONE_CR = re.compile(r"\r(?!\n)")
 
 
 def _may_be_in_destination(text: str, start: int) -> bool:
@@ -665,7 +672,7 @@ def _may_be_in_destination(text: str, start: int) -> bool:
         position -= 1
     if position == start:  # right after whitespace: the destination may start here
         newlines = 0
-        while position > 0 and text[position - 1] in " \t\n":
+        while position > 0 and text[position - 1] in " \t\r\n":  # "\r\n" counts once
             newlines += text[position - 1] == "\n"
             position -= 1
         return newlines <= 1 and text[position - 2 : position] == "]("
