@@ -218,3 +218,50 @@ def test_reading_an_answer_in_parts_agrees_with_one_parse(text: str) -> None:
 
     assert _segmented_markers(text) == _analyze(text).markers
     assert module_markers(text) == oracle_markers(text)
+
+
+# --- Where indented code being off, and line breaks, change the reading ----------------
+
+# With indented code off, any indentation (spaces or tabs) still opens or closes a fence, a
+# quote or a list item, while a paragraph's continuation line indented four or more never
+# starts a block; a lone "\r" or "\r\n" is one line break to the parser.
+INDENTS = ["", "", " ", "   ", "    ", "      ", "\t", " \t", "\t\t"]
+CONSTRUCTS = [
+    "", "", "> ", "- ", "-\t", "1. ", "2) ", "# ", "#\t", "```", "````", "~~~", "```py", "---",
+    "===", "--", "| ", "|---|", "| --- | --- |", "[1]: ", "<div>", "\\", "> ```", "- ```",
+]  # fmt: skip
+LINE_BREAKS = ["\n", "\n", "\n\n", "\r\n", "\r", "\n \n", "\n\t\n", "\r\n\r\n"]
+EDGE_INLINE = [
+    *INLINE, "\uff3b1\uff3d", "\uff3b", "\uff3d", "\u3010", "\u3011", "[\uff11]", "\\\uff3b1]",
+    "\x00",
+]  # fmt: skip
+
+
+@st.composite
+def block_edges(draw: st.DrawFn) -> str:
+    lines = []
+    for _ in range(draw(st.integers(0, 8))):
+        line = draw(st.sampled_from(INDENTS)) + draw(st.sampled_from(CONSTRUCTS))
+        piece = st.one_of(st.sampled_from(["`", "[1]", "[a", "](u)"]), st.sampled_from(EDGE_INLINE))
+        line += "".join(draw(st.lists(piece, max_size=5)))
+        lines.append(line + draw(st.sampled_from(LINE_BREAKS)))
+    return "".join(lines)
+
+
+# Plain answers, with each line break written "\r\n" or "\r".
+carriage_return_documents = plain_documents.flatmap(
+    lambda text: st.sampled_from(["\r\n", "\r"]).map(lambda eol: text.replace("\n", eol))
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.one_of(block_edges(), carriage_return_documents))
+# A fence's closing line ends with "\r\n": the fast path read the rest as code.
+@example("```\r\n```\r\n[1]")
+def test_indentation_and_line_breaks_read_as_the_renderer_reads_them(text: str) -> None:
+    from answers.citations import _analyze, _fast_markers, _segmented_markers
+
+    assert module_markers(text) == oracle_markers(text)
+    fast = _fast_markers(text)
+    assert fast is None or fast == _analyze(text).markers
+    assert _segmented_markers(text) == _analyze(text).markers
