@@ -65,7 +65,7 @@ _CLUSTER_GAP = re.compile(r"[ \t]*")
 # After a dropped marker: what may follow for the spaces before it to go too ("see [9]."
 # becomes "see."). Anything else keeps them, so no two characters become neighbours that
 # could start something together (two backtick runs, "<" and ">", "\\" and a letter).
-_SPACES_GO_BEFORE = frozenset(" \t\n.,;:!?")
+_SPACES_GO_BEFORE = frozenset(" \t\r\n.,;:!?")
 # Neighbours that could start something together once a marker between them is gone:
 # one run of backticks, an autolink, an entity, a link or an image.
 _JOINS_LEFT = frozenset("<&")
