@@ -36,7 +36,7 @@ from typing import Any, Generic, TypeVar
 
 from markdown_it import MarkdownIt
 from markdown_it.rules_core import StateCore
-from markdown_it.rules_inline import StateInline, backtick
+from markdown_it.rules_inline import StateInline, backtick, image, link
 from markdown_it.token import Token
 
 T = TypeVar("T")
@@ -202,6 +202,28 @@ def _backticks_with_hazards(state: StateInline, silent: bool) -> bool:
     return matched
 
 
+def _label_hazards(
+    rule: Callable[[StateInline, bool], bool], opener: int
+) -> Callable[[StateInline, bool], bool]:
+    """``rule`` (link or image), and a hazard where its label holds a backtick or ``<``:
+    the label is measured skipping code spans and autolinks, so one that closes later can
+    swallow the label's ``]`` and unmake the link ("[`](u)[1]" then "a`" is no link, and
+    its [1] code). ``opener`` is the length of "[" or "!["."""
+
+    def wrapped(state: StateInline, silent: bool) -> bool:
+        start = state.pos
+        matched = rule(state, silent)
+        if matched and not silent:
+            collector = _collector(state)
+            if collector is not None and collector.want_hazards:
+                end = state.md.helpers.parseLinkLabel(state, start + opener - 1, opener == 1)
+                if end > start and re.search("[`<]", state.src[start + opener : end]):
+                    collector.hazard(start)
+        return matched
+
+    return wrapped
+
+
 def _tail_hazards(state: StateInline, silent: bool) -> bool:
     # Last inline rule: "<" that may still become an autolink, "\\" that may still escape.
     if silent:
@@ -239,6 +261,8 @@ def markdown_parser() -> MarkdownIt:
     for opener in _OPENERS:
         md.inline.add_terminator_char(opener)
     md.inline.ruler.at("backticks", _backticks_with_hazards)
+    md.inline.ruler.at("link", _label_hazards(link, 1))
+    md.inline.ruler.at("image", _label_hazards(image, 2))
     md.inline.ruler.after("image", "citation", _citation_rule)
     md.inline.ruler.push("citation_hazards", _tail_hazards)
     md.core.ruler.at("inline", _inline_core)
@@ -441,6 +465,9 @@ def _place(
 # - ``<`` before a run that could be an autolink goes to the parser only if the run holds
 #   a backtick, bracket or backslash; otherwise its reading is the same either way.
 # - A backslash escape is consumed with the character it escapes.
+# - A simple link's text holds no ``<``: the parser measures a label skipping autolinks,
+#   so "[<http://x](u)[1]y>" is no link but an autolink holding "[1]" (found by the
+#   streaming property).
 # - No branch reads past a carriage return: the parser reads a lone one as a line break,
 #   which may close a fence or start a block inside a code span or link text (found by
 #   the oracle test), so the scanner meets it and gives up.
@@ -474,7 +501,7 @@ _FAST = re.compile(
     | (?P<angle><)
     | \\[!-/:-@\[-`{-~]?
     | `[^`\n\r]*(?:\n(?![ \t]*\n)(?!BLOCK|[ ]*`)[^`\n\r]*)*`(?!`)
-    | !?\[[^\[\]`\n\r\\]*\]\([^\s()<>`\[\]\\]*\)
+    | !?\[[^\[\]`\n\r\\<]*\]\([^\s()<>`\[\]\\]*\)
     | \[(?P<marker>BODY)\](?P<paren>\()?
     | (?P<bracket>[`\[\]])
     | \n

@@ -110,6 +110,8 @@ documents = markdown_documents(PREFIXES, INLINE)
 @example("```\nx\r```\n[1]")
 @example("`a\r- [1]`")
 @example("[a\r~~~](u) [1]")
+# A label is measured skipping autolinks: this is no link, and "[1]" is in the autolink.
+@example("[<http://x](u)[1]y>")
 def test_the_module_reads_exactly_the_markers_the_renderer_shows_as_text(text: str) -> None:
     assert module_markers(text) == oracle_markers(text)
 
@@ -192,6 +194,7 @@ plain_documents = markdown_documents(PLAIN_PREFIXES, PLAIN)
 @example("```\n```\r[1]")
 @example("`a\r- [1]`")
 @example("[a\r~~~](u) [1]")
+@example("[<http://x](u)[1]y>")
 def test_the_fast_path_agrees_with_the_parser_whenever_it_answers(text: str) -> None:
     from answers.citations import _analyze, _fast_markers
 
