@@ -911,9 +911,9 @@ def finalize_citations(text: str, sources: Sequence[T]) -> FinalizedCitations[T]
 # what the client sees, joined, must equal ``strip_out_of_range_markers(raw)``. A prefix of
 # the raw text is shown only once nothing that may still arrive can change how it reads
 # (ADR 0005): the parse reports every place where more text could change the reading of
-# what is before it (an open backtick run, a "[" that may become a link, "<", a trailing
-# "\\", a marker at the very end), and lines hold while their start, or a table row, is
-# undecided.
+# what is before it (an open backtick run, a "[" that may become a link, a link whose
+# label holds a backtick or "<", "<", a trailing "\\", a marker at the very end), and lines
+# hold while their start, or a table row, is undecided.
 #
 # Cost per delta does not grow with the answer: the filter commits at top-level block
 # boundaries (nothing after a closed block can change it, and markdown-it parses what
