@@ -359,6 +359,14 @@ def _analyze(text: str, *, hazards: bool = False) -> _Analysis:
     hazard = len(normalized)
     line_cursor: dict[int, int] = {}  # table rows: raw matches already given to cells
     index_of = {id(token): i for i, token in enumerate(tokens)}
+    # Blocks that reach the last line may still grow; so may one that a table whose
+    # delimiter row is the last line interrupted: more of that row can unmake the table
+    # ("a`a [1]\n| x |\n:-" then "`" is one paragraph, its [1] code).
+    open_from = len(line_starts) - 1
+    if hazards and len(line_starts) >= 2:
+        header = len(line_starts) - 2
+        if any(t.type == "table_open" and t.map and t.map[0] == header for t in tokens):
+            open_from = header
     for token, found, token_hazards in collector.blocks:
         position = index_of[id(token)]
         cell = position > 0 and tokens[position - 1].type in ("th_open", "td_open")
@@ -370,7 +378,7 @@ def _analyze(text: str, *, hazards: bool = False) -> _Analysis:
             # A cell without markers still takes its marker-shaped strings from its row.
             row = token.map[0]
             line_cursor[row] = line_cursor.get(row, 0) + len(_MARKER.findall(token.content))
-        if token_hazards and _still_open(token, cell, len(line_starts)):
+        if token_hazards and _still_open(token, cell, open_from):
             # At-end hazards count while the block's text may run to the very end of the
             # text (container prefixes make an exact comparison unreliable: err on holding).
             at_text_end = normalized[-1:] not in ("", " ", "\t", "\n")
@@ -400,12 +408,13 @@ def _analyze(text: str, *, hazards: bool = False) -> _Analysis:
     return _Analysis(text, markers, hazard, line_starts, blocks, fence_open)
 
 
-def _still_open(token: Token, cell: bool, lines: int) -> bool:
-    """Whether more text could still extend ``token``'s block (it reaches the last line)."""
+def _still_open(token: Token, cell: bool, open_from: int) -> bool:
+    """Whether more text could still extend ``token``'s block (it reaches ``open_from``,
+    the first line whose reading is undecided)."""
     if token.map is None:
         return True
     first, end = token.map
-    return first >= lines - 1 if cell else end >= lines - 1
+    return first >= open_from if cell else end >= open_from
 
 
 def _place(
