@@ -36,7 +36,7 @@ from typing import Any, Generic, TypeVar
 
 from markdown_it import MarkdownIt
 from markdown_it.rules_core import StateCore
-from markdown_it.rules_inline import StateInline, backtick
+from markdown_it.rules_inline import StateInline, backtick, image, link
 from markdown_it.token import Token
 
 T = TypeVar("T")
@@ -65,7 +65,7 @@ _CLUSTER_GAP = re.compile(r"[ \t]*")
 # After a dropped marker: what may follow for the spaces before it to go too ("see [9]."
 # becomes "see."). Anything else keeps them, so no two characters become neighbours that
 # could start something together (two backtick runs, "<" and ">", "\\" and a letter).
-_SPACES_GO_BEFORE = frozenset(" \t\n.,;:!?")
+_SPACES_GO_BEFORE = frozenset(" \t\r\n.,;:!?")
 # Neighbours that could start something together once a marker between them is gone:
 # one run of backticks, an autolink, an entity, a link or an image.
 _JOINS_LEFT = frozenset("<&")
@@ -202,6 +202,28 @@ def _backticks_with_hazards(state: StateInline, silent: bool) -> bool:
     return matched
 
 
+def _label_hazards(
+    rule: Callable[[StateInline, bool], bool], opener: int
+) -> Callable[[StateInline, bool], bool]:
+    """``rule`` (link or image), and a hazard where its label holds a backtick or ``<``:
+    the label is measured skipping code spans and autolinks, so one that closes later can
+    swallow the label's ``]`` and unmake the link ("[`](u)[1]" then "a`" is no link, and
+    its [1] code). ``opener`` is the length of "[" or "!["."""
+
+    def wrapped(state: StateInline, silent: bool) -> bool:
+        start = state.pos
+        matched = rule(state, silent)
+        if matched and not silent:
+            collector = _collector(state)
+            if collector is not None and collector.want_hazards:
+                end = state.md.helpers.parseLinkLabel(state, start + opener - 1, opener == 1)
+                if end > start and re.search("[`<]", state.src[start + opener : end]):
+                    collector.hazard(start)
+        return matched
+
+    return wrapped
+
+
 def _tail_hazards(state: StateInline, silent: bool) -> bool:
     # Last inline rule: "<" that may still become an autolink, "\\" that may still escape.
     if silent:
@@ -239,6 +261,8 @@ def markdown_parser() -> MarkdownIt:
     for opener in _OPENERS:
         md.inline.add_terminator_char(opener)
     md.inline.ruler.at("backticks", _backticks_with_hazards)
+    md.inline.ruler.at("link", _label_hazards(link, 1))
+    md.inline.ruler.at("image", _label_hazards(image, 2))
     md.inline.ruler.after("image", "citation", _citation_rule)
     md.inline.ruler.push("citation_hazards", _tail_hazards)
     md.core.ruler.at("inline", _inline_core)
@@ -335,6 +359,14 @@ def _analyze(text: str, *, hazards: bool = False) -> _Analysis:
     hazard = len(normalized)
     line_cursor: dict[int, int] = {}  # table rows: raw matches already given to cells
     index_of = {id(token): i for i, token in enumerate(tokens)}
+    # Blocks that reach the last line may still grow; so may one that a table whose
+    # delimiter row is the last line interrupted: more of that row can unmake the table
+    # ("a`a [1]\n| x |\n:-" then "`" is one paragraph, its [1] code).
+    open_from = len(line_starts) - 1
+    if hazards and len(line_starts) >= 2:
+        header = len(line_starts) - 2
+        if any(t.type == "table_open" and t.map and t.map[0] == header for t in tokens):
+            open_from = header
     for token, found, token_hazards in collector.blocks:
         position = index_of[id(token)]
         cell = position > 0 and tokens[position - 1].type in ("th_open", "td_open")
@@ -346,7 +378,7 @@ def _analyze(text: str, *, hazards: bool = False) -> _Analysis:
             # A cell without markers still takes its marker-shaped strings from its row.
             row = token.map[0]
             line_cursor[row] = line_cursor.get(row, 0) + len(_MARKER.findall(token.content))
-        if token_hazards and _still_open(token, cell, len(line_starts)):
+        if token_hazards and _still_open(token, cell, open_from):
             # At-end hazards count while the block's text may run to the very end of the
             # text (container prefixes make an exact comparison unreliable: err on holding).
             at_text_end = normalized[-1:] not in ("", " ", "\t", "\n")
@@ -376,12 +408,13 @@ def _analyze(text: str, *, hazards: bool = False) -> _Analysis:
     return _Analysis(text, markers, hazard, line_starts, blocks, fence_open)
 
 
-def _still_open(token: Token, cell: bool, lines: int) -> bool:
-    """Whether more text could still extend ``token``'s block (it reaches the last line)."""
+def _still_open(token: Token, cell: bool, open_from: int) -> bool:
+    """Whether more text could still extend ``token``'s block (it reaches ``open_from``,
+    the first line whose reading is undecided)."""
     if token.map is None:
         return True
     first, end = token.map
-    return first >= lines - 1 if cell else end >= lines - 1
+    return first >= open_from if cell else end >= open_from
 
 
 def _place(
@@ -441,6 +474,12 @@ def _place(
 # - ``<`` before a run that could be an autolink goes to the parser only if the run holds
 #   a backtick, bracket or backslash; otherwise its reading is the same either way.
 # - A backslash escape is consumed with the character it escapes.
+# - A simple link's text holds no ``<``: the parser measures a label skipping autolinks,
+#   so "[<http://x](u)[1]y>" is no link but an autolink holding "[1]" (found by the
+#   streaming property).
+# - No branch reads past a carriage return: the parser reads a lone one as a line break,
+#   which may close a fence or start a block inside a code span or link text (found by
+#   the oracle test), so the scanner meets it and gives up.
 # Where a line starts a block that ends or changes a paragraph (a list item, quote,
 # heading, thematic break, setext underline, table delimiter row, tilde fence). Anything
 # near one counts: erring this way only sends more text to the parser.
@@ -462,16 +501,16 @@ _FAST = re.compile(
     [^\n`\r\t\uff3b\u3010<\\\[\]]*+
     (?:
       (?P<reset>\n[ \t]*(?=\n[A-Za-z]))
-    | \n(?P<fence>[ ]{0,3}(?P<mark>`{3,}(?=[^`\n]*(?:\n|\Z))|~{3,})[^\n|]*(?=\n|\Z)
-        (?:\n[\s\S]*?)??(?:\n[ \t]*(?P=mark)(?:(?<=`)`*|(?<=~)~*)[ \t]*(?=\n|\Z)|\Z))
+    | \n(?P<fence>[ ]{0,3}(?P<mark>`{3,}(?=[^`\n]*(?:\n|\Z))|~{3,})[^\n\r|]*(?=\n|\Z)
+        (?:\n[^\r]*?)??(?:\n[ \t]*(?P=mark)(?:(?<=`)`*|(?<=~)~*)[ \t]*(?=\n|\Z)|\Z))
     | \n(?P<block>BLOCK)
     | (?P<other>``|[\r\t\uff3b\u3010])
     | <[^<>\x00-\x20`\[\]\\]*>
     | <(?![^<>\x00-\x20]*>)
     | (?P<angle><)
     | \\[!-/:-@\[-`{-~]?
-    | `[^`\n]*(?:\n(?![ \t]*\n)(?!BLOCK|[ ]*`)[^`\n]*)*`(?!`)
-    | !?\[[^\[\]`\n\\]*\]\([^\s()<>`\[\]\\]*\)
+    | `[^`\n\r]*(?:\n(?![ \t]*\n)(?!BLOCK|[ ]*`)[^`\n\r]*)*`(?!`)
+    | !?\[[^\[\]`\n\r\\<]*\]\([^\s()<>`\[\]\\]*\)
     | \[(?P<marker>BODY)\](?P<paren>\()?
     | (?P<bracket>[`\[\]])
     | \n
@@ -599,6 +638,9 @@ def rewrite_markers(
     decisions = [replace(marker) for marker in marker_list]
     if all(decision is None for decision in decisions):
         return text
+    # The parser reads a lone carriage return as a line break: lines are judged as it
+    # sees them (same length, same offsets), but the text is copied as written.
+    written_text, text = text, _LONE_CR.sub("\n", text) if "\r" in text else text
     emptied = _emptied_lines(text, marker_list, decisions)
     # Where each run of adjacent dropped markers ends: "`[8][9]`" must be judged by the
     # backticks either side of the whole run, not by the next marker's bracket.
@@ -616,7 +658,7 @@ def rewrite_markers(
             line_start = text.rfind("\n", 0, marker.start) + 1
             fate = emptied.pop(line_start, None)
             if isinstance(fate, int):  # the whole line goes, with its line break
-                pieces.append(text[position:line_start])
+                pieces.append(written_text[position:line_start])
                 position = fate
                 continue
             if fate == ZERO_WIDTH_SPACE:
@@ -638,14 +680,15 @@ def rewrite_markers(
         ):
             # "[x]([ 2 ])" is no link because of the space; "[x]([1])" would be one.
             replacement = replacement[0] + " " + replacement[1:-1] + " " + replacement[-1]
-        pieces.append(between)
+        pieces.append(written_text[position : position + len(between)])
         pieces.append(replacement)
         position = marker.end
-    pieces.append(text[position:])
+    pieces.append(written_text[position:])
     return "".join(pieces)
 
 
 _HAS_SPACE = re.compile(r"[ \u3000]")
+_LONE_CR = re.compile(r"\r(?!\n)")
 
 
 def _may_be_in_destination(text: str, start: int) -> bool:
@@ -665,7 +708,7 @@ def _may_be_in_destination(text: str, start: int) -> bool:
         position -= 1
     if position == start:  # right after whitespace: the destination may start here
         newlines = 0
-        while position > 0 and text[position - 1] in " \t\n":
+        while position > 0 and text[position - 1] in " \t\r\n":  # "\r\n" counts once
             newlines += text[position - 1] == "\n"
             position -= 1
         return newlines <= 1 and text[position - 2 : position] == "]("
@@ -877,9 +920,9 @@ def finalize_citations(text: str, sources: Sequence[T]) -> FinalizedCitations[T]
 # what the client sees, joined, must equal ``strip_out_of_range_markers(raw)``. A prefix of
 # the raw text is shown only once nothing that may still arrive can change how it reads
 # (ADR 0005): the parse reports every place where more text could change the reading of
-# what is before it (an open backtick run, a "[" that may become a link, "<", a trailing
-# "\\", a marker at the very end), and lines hold while their start, or a table row, is
-# undecided.
+# what is before it (an open backtick run, a "[" that may become a link, a link whose
+# label holds a backtick or "<", "<", a trailing "\\", a marker at the very end), and lines
+# hold while their start, or a table row, is undecided.
 #
 # Cost per delta does not grow with the answer: the filter commits at top-level block
 # boundaries (nothing after a closed block can change it, and markdown-it parses what

@@ -86,12 +86,15 @@ EXAMPLES: dict[str, list[tuple[str, int, str | None, str, list[str] | None]]] = 
     "A dropped marker takes the spaces and tabs before it, never a newline.": [
         ("see [9].", 3, "see.", "see.", None),
         ("see [9]. And [2].", 3, "see. And [2].", "see. And [1].", ["s2"]),
+        # Before "\r\n" too: two spaces kept would make a hard line break.
+        ("see  [9]\r\nmore [1]", 1, "see\r\nmore [1]", "see\r\nmore [1]", ["s1"]),
     ],
     # A space that kept "(...)" from being a destination stays (found by the oracle test).
     "Respelling never turns text into a link.": [
         ("[2]([ 2 ]`[1]`)", 2, "[2]([ 2 ]`[1]`)", "[1]([ 1 ]`[1]`)", ["s2"]),
         ("[x]([1, 9])", 1, "[x]([ 1 ])", "[x]([ 1 ])", ["s1"]),
         ("[x](\n[ 2 ])", 2, "[x](\n[ 2 ])", "[x](\n[ 1 ])", ["s2"]),
+        ("[x](\r\n[ 2 ])", 2, "[x](\r\n[ 2 ])", "[x](\r\n[ 1 ])", ["s2"]),
         ("[x](a [9])", 1, "[x](a \u200b)", "[x](a \u200b)", None),
     ],
     "Adjacent dropped markers are one run: judged by what follows the whole run.": [
@@ -124,6 +127,9 @@ EXAMPLES: dict[str, list[tuple[str, int, str | None, str, list[str] | None]]] = 
         ),
         ("````\n```\n[1]\n```\n````\n[2]", 2, None, "````\n```\n[1]\n```\n````\n[1]", ["s2"]),
         ("```\n[1] never closed", 1, None, "```\n[1] never closed", None),
+        # "\r\n" and a lone "\r" end lines as "\n" does (the fast path once read on).
+        ("```\r\n[9]\r\n```\r\n[1]", 1, None, "```\r\n[9]\r\n```\r\n[1]", ["s1"]),
+        ("`a\r- [1]`", 1, None, "`a\r- [1]`", ["s1"]),
         ("Prose\n   ```js\n[0]\n   ```\n[1]", 1, None, "Prose\n   ```js\n[0]\n   ```\n[1]", ["s1"]),
     ],
     "A code span cannot cross a blank line, so this [1] is prose.": [

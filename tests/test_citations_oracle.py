@@ -58,6 +58,16 @@ def oracle_code(text: str) -> list[str]:
     return found
 
 
+def oracle_links(text: str) -> list[str]:
+    """The destinations of the renderer's links, in order."""
+    return [
+        str(child.attrs.get("href"))
+        for block in ORACLE.parse(text)
+        for child in block.children or []
+        if child.type == "link_open"
+    ]
+
+
 def module_markers(text: str) -> list[str]:
     return [text[m.start : m.end] for m in iter_markers(text)]
 
@@ -95,6 +105,13 @@ documents = markdown_documents(PREFIXES, INLINE)
 # A fence opener is a table's header row when a delimiter row follows (found by this test).
 @example("```|[1]\n| --- | --- |")
 @example("~~~|[1]\n|---|---|")
+# A lone carriage return is a line break to the parser: it closes a fence and starts a
+# block inside a code span or link text (found by a longer run of these properties).
+@example("```\nx\r```\n[1]")
+@example("`a\r- [1]`")
+@example("[a\r~~~](u) [1]")
+# A label is measured skipping autolinks: this is no link, and "[1]" is in the autolink.
+@example("[<http://x](u)[1]y>")
 def test_the_module_reads_exactly_the_markers_the_renderer_shows_as_text(text: str) -> None:
     assert module_markers(text) == oracle_markers(text)
 
@@ -109,11 +126,19 @@ def _render(text: str, count: int) -> BeautifulSoup:
 # Dropping "[1][1]" must not join the backticks either side into one run.
 @example("`[1]`[1][1]`", 0)
 @example("[2]([ 2 ]`[1]`)", 2)
+# A line after a lone carriage return starts at it: dropping "[1]" keeps the indentation
+# that holds "x" and the fence in the list item (found by a longer run).
+@example("- a\n\r  [1] x\n  ```\nb", 0)
+# "\r\n" is one line break before a destination: "[ 2 ]" keeps its spaces, or "[1]"
+# would become the link's destination (found by a longer run).
+@example("a [2] [x](\r\n[ 2 ])", 3)
 def test_the_page_links_exactly_the_markers_the_final_text_keeps(text: str, count: int) -> None:
     stripped = strip_out_of_range_markers(text, count)
     result = finalize_citations(stripped, list(range(count)))
     # What the rules changed is prose only: the renderer sees the same code.
     assert oracle_code(result.text) == oracle_code(text)
+    # ... and the same links: no marker dropped or respelled makes or unmakes one.
+    assert oracle_links(result.text) == oracle_links(text)
     # The final text's markers are exactly the renderer's text markers ...
     assert module_markers(result.text) == oracle_markers(result.text)
     soup = _render(result.text, len(result.sources))
@@ -166,6 +191,10 @@ plain_documents = markdown_documents(PLAIN_PREFIXES, PLAIN)
 # Indented code is off: a closing fence indented by a tab still closes (found by this test).
 @example("```\n\t```\n[1]: ")
 @example("```\n      ```\nfoo [1]")
+@example("```\n```\r[1]")
+@example("`a\r- [1]`")
+@example("[a\r~~~](u) [1]")
+@example("[<http://x](u)[1]y>")
 def test_the_fast_path_agrees_with_the_parser_whenever_it_answers(text: str) -> None:
     from answers.citations import _analyze, _fast_markers
 
@@ -192,3 +221,50 @@ def test_reading_an_answer_in_parts_agrees_with_one_parse(text: str) -> None:
 
     assert _segmented_markers(text) == _analyze(text).markers
     assert module_markers(text) == oracle_markers(text)
+
+
+# --- Where indented code being off, and line breaks, change the reading ----------------
+
+# With indented code off, any indentation (spaces or tabs) still opens or closes a fence, a
+# quote or a list item, while a paragraph's continuation line indented four or more never
+# starts a block; a lone "\r" or "\r\n" is one line break to the parser.
+INDENTS = ["", "", " ", "   ", "    ", "      ", "\t", " \t", "\t\t"]
+CONSTRUCTS = [
+    "", "", "> ", "- ", "-\t", "1. ", "2) ", "# ", "#\t", "```", "````", "~~~", "```py", "---",
+    "===", "--", "| ", "|---|", "| --- | --- |", "[1]: ", "<div>", "\\", "> ```", "- ```",
+]  # fmt: skip
+LINE_BREAKS = ["\n", "\n", "\n\n", "\r\n", "\r", "\n \n", "\n\t\n", "\r\n\r\n"]
+EDGE_INLINE = [
+    *INLINE, "\uff3b1\uff3d", "\uff3b", "\uff3d", "\u3010", "\u3011", "[\uff11]", "\\\uff3b1]",
+    "\x00",
+]  # fmt: skip
+
+
+@st.composite
+def block_edges(draw: st.DrawFn) -> str:
+    lines = []
+    for _ in range(draw(st.integers(0, 8))):
+        line = draw(st.sampled_from(INDENTS)) + draw(st.sampled_from(CONSTRUCTS))
+        piece = st.one_of(st.sampled_from(["`", "[1]", "[a", "](u)"]), st.sampled_from(EDGE_INLINE))
+        line += "".join(draw(st.lists(piece, max_size=5)))
+        lines.append(line + draw(st.sampled_from(LINE_BREAKS)))
+    return "".join(lines)
+
+
+# Plain answers, with each line break written "\r\n" or "\r".
+carriage_return_documents = plain_documents.flatmap(
+    lambda text: st.sampled_from(["\r\n", "\r"]).map(lambda eol: text.replace("\n", eol))
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.one_of(block_edges(), carriage_return_documents))
+# A fence's closing line ends with "\r\n": the fast path read the rest as code.
+@example("```\r\n```\r\n[1]")
+def test_indentation_and_line_breaks_read_as_the_renderer_reads_them(text: str) -> None:
+    from answers.citations import _analyze, _fast_markers, _segmented_markers
+
+    assert module_markers(text) == oracle_markers(text)
+    fast = _fast_markers(text)
+    assert fast is None or fast == _analyze(text).markers
+    assert _segmented_markers(text) == _analyze(text).markers
