@@ -82,14 +82,20 @@ _BACKSLASH = re.compile(r"\\(?=[!-/:-@\[-`{-~]|$)")
 _ANGLE = re.compile(r"<(?=[A-Za-z/!?])")
 _ENTITY = re.compile(r"&(?=#?\w+;)")
 _STRAY_BACKTICK = re.compile(r"`")
+# A "]" that would close a link's text ("[a](b)", "[]()", "[a][b]" as text, not a link).
+_LINK_CLOSE = re.compile(r"\](?=[(\[])")
+# "~~" opens or closes strikethrough (enabled for answers, whose renderer passages share).
+_STRIKE = re.compile(r"~~")
 # A character that one of escape_text's rules acts on (an edge identifier needs "*" or "_").
-_HAZARD = re.compile(r"[*_\\`<&]")
+_HAZARD = re.compile(r"[*_\\`<&\]~]")
 
 
 def _escape_text(text: str) -> str:
     text = _BACKSLASH.sub(r"\\\\", text)
     text = _STRAY_BACKTICK.sub(r"\\`", text)
     text = _ANGLE.sub(r"\\<", text)
+    text = _LINK_CLOSE.sub(r"\\]", text)
+    text = _STRIKE.sub(r"\\~\\~", text)
     return _ENTITY.sub(r"\\&", text)
 
 

@@ -8,7 +8,7 @@ import re
 
 import pytest
 from asgiref.sync import async_to_sync
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from answers.citations import iter_markers
@@ -196,6 +196,11 @@ def assert_html_renders_as_written(*, text: str, element: str) -> None:
 
 @given(st.text(alphabet="ab1 `*_\\[]()<>&!~#|-.;", min_size=1, max_size=60))
 @settings(max_examples=300, deadline=None)
+# A page's "[]()" or "[a](b)" is text, not a link; "~~a~~" is not struck through (both
+# found by this test on a longer run).
+@example("[]()")
+@example("a [b](c) [d][e]")
+@example("~~a~~ b")
 def test_html_text_renders_as_written(text: str) -> None:
     assert_html_renders_as_written(text=text, element="{}")
 
