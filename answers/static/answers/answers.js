@@ -351,9 +351,13 @@
       if (!active || active === document.body || form.contains(active)) textarea.focus();
     }
 
+    // Only the socket's own "Reconnecting…" is cleared when it opens: a slow first
+    // connection must not wipe what the form said meanwhile ("Type a question first.").
+    var reconnecting = false;
     var socket = answerSocket({
       onOpen: function () {
-        status.textContent = "";
+        if (reconnecting) status.textContent = "";
+        reconnecting = false;
         if (current && current.answerId && !pending) {
           // Back after a drop (maybe on another server): the rest of the same answer.
           pending = { type: "resume", answer_id: Number(current.answerId), after: current.seq };
@@ -367,6 +371,7 @@
           ended();
         }
         status.textContent = current ? "Reconnecting… the answer goes on." : "Reconnecting…";
+        reconnecting = true;
       },
       onMessage: function (message) {
         if (message.type === "error" && !current) {
