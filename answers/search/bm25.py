@@ -8,7 +8,7 @@ per-row sum with the same constants, so both divide the same numerator by the sa
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 K1 = 1.2
 B = 0.75
@@ -27,3 +27,20 @@ def idf(hits: int, rows: int) -> float:
 def score_bound(idfs: Iterable[float]) -> float:
     """``(k1+1) * sum(idf)``: no row can score more on these terms (ADR 0003)."""
     return max((K1 + 1) * sum(idfs), 1e-9)
+
+
+def rarest_first(terms: Iterable[str], counts: Mapping[str, int]) -> list[str]:
+    """``terms`` rarest first (fewest rows holding them; ties by term). The bounded top-k
+    (ADR 0027) scores the chunks holding the first few (``covering``)."""
+    return sorted(set(terms), key=lambda term: (counts.get(term, 0), term))
+
+
+def covering(by_rarity: list[str], counts: Mapping[str, int], limit: int) -> int:
+    """How many of ``by_rarity``'s first terms it takes for their rows to add up to
+    ``limit`` (all of them if they never do)."""
+    held = 0
+    for taken, term in enumerate(by_rarity, start=1):
+        held += counts.get(term, 0)
+        if held >= limit:
+            return taken
+    return len(by_rarity)

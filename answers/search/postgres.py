@@ -212,13 +212,8 @@ class PostgreSQLBackend:
             return sum((bm25.K1 + 1) * idfs[x] for x in useful if x in skipped)
 
         # Rarest first; start with the fewest rare lexemes that may fill the result.
-        by_rarity = sorted(set(useful), key=lambda x: (doc_counts[x], x))
-        first, held = [], 0
-        for lexeme in by_rarity:
-            first.append(lexeme)
-            held += doc_counts[lexeme]
-            if held >= limit:
-                break
+        by_rarity = bm25.rarest_first(useful, doc_counts)
+        first = by_rarity[: bm25.covering(by_rarity, doc_counts, limit)]
         scored = self._score(chunks, useful, idfs, avgdl, first, limit)
         skipped = by_rarity[len(first) :]
         if not skipped:

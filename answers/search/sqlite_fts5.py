@@ -188,17 +188,12 @@ class SQLiteFTS5Backend:
         """
         counts = planned.doc_counts
         weight = {stem: planned.phrases.count(stem) for stem in planned.phrases}
-        by_rarity = sorted(weight, key=lambda stem: (counts.get(stem, 0), stem))
+        by_rarity = bm25.rarest_first(weight, counts)
         ceilings = {
             stem: weight[stem] * (bm25.K1 + 1) * bm25.idf(counts.get(stem, 0), planned.rows)
             for stem in by_rarity
         }
-        first, held = 0, 0
-        for stem in by_rarity:
-            first += 1
-            held += counts.get(stem, 0)
-            if held >= limit:
-                break
+        first = bm25.covering(by_rarity, counts, limit)
         total = sum(counts.get(stem, 0) for stem in by_rarity)
         floor = 0.0
         for _ in range(2):
@@ -410,14 +405,10 @@ class SQLiteFTS5Backend:
         ``_top`` does for FTS5's own ranking, ADR 0027): a stem adds strictly less than
         ``(k1+1)`` times its scoped weight, so when the ``limit``-th candidate is at or
         above the other stems' ceilings together, no chunk holding only those can enter."""
-        by_rarity = sorted(held, key=lambda stem: (doc_counts[stem], stem))
-        rare, found = [], 0
-        for stem in by_rarity:
-            rare.append(stem)
-            found += doc_counts[stem]
-            if found >= limit:
-                break
-        common = by_rarity[len(rare) :]
+        by_rarity = bm25.rarest_first(held, doc_counts)
+        taken = bm25.covering(by_rarity, doc_counts, limit)
+        rare, common = by_rarity[:taken], by_rarity[taken:]
+        found = sum(doc_counts[stem] for stem in rare)
         total = sum(doc_counts[stem] for stem in held)
         if common and found <= total * CANDIDATE_SHARE:
             scored = self._scoped_rank(
