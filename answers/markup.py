@@ -337,6 +337,7 @@ _RST_ROLE_TITLE = re.compile(r"^(.*?)\s*<[^<>]+>$")
 _RST_DIRECTIVE = re.compile(r"^\s*\.\.\s+([\w:-]+)::\s*(.*)$")
 _RST_COMMENT = re.compile(r"^\s*\.\.(?:\s|$)")
 _RST_TARGET = re.compile(r"^\s*\.\.\s+_[^:]*:")
+_RST_ITEM = re.compile(r"^\s*(?:[-*+\u2022]|\d+[.)]|#[.)]|\(\d+\))\s+(?=\S)")
 _RST_CODE_DIRECTIVES = frozenset({"code", "code-block", "sourcecode", "productionlist", "doctest"})
 _RST_ADMONITIONS = frozenset(
     {"note", "warning", "tip", "important", "caution", "attention", "hint", "danger",
@@ -423,7 +424,10 @@ def _rst_blocks(text: str) -> str:
         if line.rstrip().endswith("::"):
             # "Example::" reads "Example:"; a lone "::" goes.
             stripped = line.rstrip()[:-2].rstrip()
-            out.extend([(stripped + ":") if stripped.strip() else "", "", f"{_HOLE}LITERAL{_HOLE}"])
+            # Its block is indented past the paragraph's text (a list item's text, too).
+            item = _RST_ITEM.match(line)
+            marker = f"{' ' * (item.end() if item else _indent(line))}{_HOLE}LITERAL{_HOLE}"
+            out.extend([(stripped + ":") if stripped.strip() else "", "", marker])
         else:
             out.append(line)
         index += 1
@@ -452,8 +456,14 @@ def rst_to_markdown(text: str) -> str:
         if marker.startswith(_HOLE):
             info = marker.strip(_HOLE).removeprefix("CODE").removeprefix("LITERAL").strip()
             block: list[str] = []
-            # The literal block: the indented paragraphs that follow (blank lines inside).
-            while index < len(paragraphs) and _indent(paragraphs[index][0]) > 0:
+            # The literal block: the paragraphs that follow indented deeper than the line
+            # that announced it (blank lines inside); the text after it at that line's own
+            # indentation, in a list item or a block quote, is prose again.
+            while (
+                index < len(paragraphs)
+                and _indent(paragraphs[index][0]) > _indent(lines[0])
+                and not paragraphs[index][0].lstrip().startswith(_HOLE)
+            ):
                 block += ["", *paragraphs[index]] if block else paragraphs[index]
                 index += 1
             if block:

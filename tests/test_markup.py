@@ -301,3 +301,26 @@ def test_html_emphasis_is_kept_as_markdown_emphasis() -> None:
 @settings(max_examples=300, deadline=None)
 def test_html_emphasis_renders_its_words_as_written(text: str) -> None:
     assert_html_renders_as_written(text=text, element="<em>{}</em>")
+
+
+def test_rst_literal_blocks_end_where_their_indentation_does() -> None:
+    # Nested in a block quote or a list item, a code block or "::" block ends at the
+    # indentation of the text that announced it; the prose after it is prose again, and
+    # the next block is a block of its own (python3.11-doc's faq/windows and using/unix
+    # left a raw placeholder, a NUL, in the body, which PostgreSQL refused).
+    source = (
+        "Title\n=====\n\n"
+        "   Problem: SWIG writes:\n\n"
+        "   .. code-block:: c\n\n      Py_INCREF(Py_None);\n\n"
+        "   Alas, this fails.  Replace such code by:\n\n"
+        '   .. code-block:: c\n\n      return Py_BuildValue("");\n\n'
+        "* OpenBSD users use::\n\n     pkg_add -r python\n\n"
+        "  For example i386 users use::\n\n     pkg_add python-2.5.1.tgz\n"
+    )
+    body = rst_to_markdown(source)
+    assert "\x00" not in body
+    assert body.count("```c\n") == 2 and body.count("```\n") >= 4
+    for prose in ("Alas, this fails.", "For example i386 users use:"):
+        before = body[: body.index(prose)]
+        assert before.count("```") % 2 == 0, prose  # not inside a fence
+    assert "Py_BuildValue" in body and "pkg_add python-2.5.1.tgz" in body
