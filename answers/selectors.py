@@ -100,27 +100,32 @@ def document_get_visible(*, user: AnyUser, document_id: int) -> Document:
 
 
 def candidates_for_hits(*, hits: Iterable[tuple[int, float]]) -> list[Candidate]:
-    """Candidates for ``(chunk_id, score)`` hits, best first; two queries."""
+    """Candidates for ``(chunk_id, score)`` hits, best first; one query."""
     hit_list = list(hits)
-    chunks = Chunk.objects.select_related("document").only(
-        "id",
-        "ordinal",
-        "text",
-        "document__id",
-        "document__title",
-        "document__url",
-        "document__access",
-        "document__near_signature",
+    # Each candidate document's size in chunks (answers.ranking), counted in the same
+    # statement by the document_id index, so the fetch stays one round trip.
+    document_chunks = (
+        Chunk.objects.filter(document_id=OuterRef("document_id"))
+        .order_by()
+        .values("document_id")
+        .annotate(chunks=Count("id"))
+        .values("chunks")
+    )
+    chunks = (
+        Chunk.objects.select_related("document")
+        .only(
+            "id",
+            "ordinal",
+            "text",
+            "document__id",
+            "document__title",
+            "document__url",
+            "document__access",
+            "document__near_signature",
+        )
+        .annotate(document_chunks=Subquery(document_chunks))
     )
     by_id = {chunk.pk: chunk for chunk in chunks.filter(pk__in=[c for c, _ in hit_list])}
-    # Each candidate document's size in chunks (answers.ranking): one grouped count over
-    # the documents' own chunks, by the document_id index.
-    sizes = dict(
-        Chunk.objects.filter(document_id__in={chunk.document_id for chunk in by_id.values()})
-        .order_by()
-        .values_list("document_id")
-        .annotate(chunks=Count("id"))
-    )
     candidates: list[Candidate] = []
     for chunk_id, score in hit_list:
         chunk = by_id.get(chunk_id)
@@ -136,7 +141,7 @@ def candidates_for_hits(*, hits: Iterable[tuple[int, float]]) -> list[Candidate]
                 text=chunk.text,
                 rank=len(candidates) + 1,
                 score=score,
-                document_chunks=sizes.get(chunk.document.pk, 1),
+                document_chunks=chunk.document_chunks or 1,
                 document_public=chunk.document.access == Document.Access.EVERYONE,
                 # PostgreSQL returns bytea as a memoryview.
                 document_signature=bytes(chunk.document.near_signature or b""),
