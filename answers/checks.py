@@ -166,11 +166,28 @@ def _check_stream_cache(alias: str) -> list[CheckMessage]:
 RESERVED_CONNECTIONS = 5
 
 
-def database_connections_per_process() -> int:
-    """What one process may hold open at once: the thread all database work shares, and
-    one per retrieval thread (PostgreSQL only: ``RETRIEVAL_THREADS``)."""
+def database_threads_per_process() -> int:
+    """Threads of one process that hold a database connection while answers stream: the
+    thread all database work shares, and one per retrieval thread (PostgreSQL only:
+    ``RETRIEVAL_THREADS``). HTTP requests in flight add one each."""
     threads = int(answers_settings.RETRIEVAL_THREADS) if connection.vendor == "postgresql" else 0
     return 1 + threads
+
+
+def database_pool_size() -> int | None:
+    """The most connections the process's pool opens (``DATABASE_POOL_SIZE``), or None
+    when connections are not pooled."""
+    pool = connection.settings_dict.get("OPTIONS", {}).get("pool")
+    if not pool:
+        return None
+    return int(pool["max_size"]) if isinstance(pool, dict) and "max_size" in pool else 4
+
+
+def database_connections_per_process() -> int:
+    """What one process may hold open at once: its pool's size when pooled, else one per
+    thread that works with the database (``database_threads_per_process``)."""
+    pooled = database_pool_size()
+    return pooled if pooled is not None else database_threads_per_process()
 
 
 @register(Tags.database)
@@ -186,13 +203,32 @@ def check_database_connections(
         (row,) = cursor.fetchall()
     usable = int(row[0]) - RESERVED_CONNECTIONS
     each = database_connections_per_process()
+    messages: list[CheckMessage] = []
     if each > usable:
-        return [
+        what = (
+            "DATABASE_POOL_SIZE"
+            if database_pool_size() is not None
+            else "1 + RETRIEVAL_THREADS, unpooled"
+        )
+        messages.append(
             Error(
-                f"One process may open {each} database connections (1 + RETRIEVAL_THREADS) "
+                f"One process may open {each} database connections ({what}) "
                 f"but PostgreSQL's max_connections leaves {usable}.",
-                hint="Lower ANSWERS['RETRIEVAL_THREADS'] or raise max_connections.",
-                id="answers.E020",
+                hint="Lower DATABASE_POOL_SIZE or ANSWERS['RETRIEVAL_THREADS'], or raise "
+                "max_connections.",
+                id="answers.E030",
             )
-        ]
-    return []
+        )
+    pooled = database_pool_size()
+    if pooled is not None and pooled < database_threads_per_process():
+        messages.append(
+            Warning(
+                f"The database pool holds {pooled} connections but "
+                f"{database_threads_per_process()} threads work with the database at once "
+                "(1 + RETRIEVAL_THREADS): answers wait for each other's connections.",
+                hint="Raise DATABASE_POOL_SIZE to at least 1 + RETRIEVAL_THREADS, plus the "
+                "HTTP requests you expect in flight.",
+                id="answers.W003",
+            )
+        )
+    return messages

@@ -32,7 +32,13 @@ def _environment(folder: Path) -> Path:
     os.environ["DJANGO_SETTINGS_MODULE"] = "tests.settings"
     os.environ["DATABASE_URL"] = f"sqlite:///{database}"
     # The developer's shell must not change what is measured.
-    for name in ("ANSWERS_PROVIDER", "ANSWERS_MODEL", "DATABASE_CONN_MAX_AGE", "DJANGO_DEBUG"):
+    for name in (
+        "ANSWERS_PROVIDER",
+        "ANSWERS_MODEL",
+        "DATABASE_CONN_MAX_AGE",
+        "DATABASE_POOL_SIZE",
+        "DJANGO_DEBUG",
+    ):
         os.environ.pop(name, None)
     os.environ["ANSWERS_EXTRACTIVE_DELAY"] = "0"
     os.environ["DJANGO_LOG_LEVEL"] = "WARNING"

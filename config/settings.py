@@ -143,6 +143,24 @@ DATABASES = {
         conn_max_age=int(os.environ.get("DATABASE_CONN_MAX_AGE", "0")),
     )
 }
+# PostgreSQL: a pool of connections per process (psycopg_pool, Django's "pool" option),
+# so an answer's many short database calls reuse connections instead of opening one each
+# (a PostgreSQL backend process forked per call), and the process never holds more than
+# DATABASE_POOL_SIZE however many threads ask; a thread over the limit waits for one.
+# 0 turns the pool off (then DATABASE_CONN_MAX_AGE applies). Sizing: docs/deployment.md.
+DATABASE_POOL_SIZE = int(os.environ.get("DATABASE_POOL_SIZE", "10"))
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and DATABASE_POOL_SIZE > 0:
+    if DATABASES["default"].get("CONN_MAX_AGE"):
+        raise ImproperlyConfigured(
+            "DATABASE_CONN_MAX_AGE and DATABASE_POOL_SIZE exclude each other: the pool keeps "
+            "connections open; set DATABASE_POOL_SIZE=0 to use persistent connections instead."
+        )
+    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+        "min_size": 1,
+        "max_size": DATABASE_POOL_SIZE,
+        # A thread waits this long for a free connection before its request fails.
+        "timeout": 30,
+    }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # WAL lets the streaming writer and readers overlap; the timeout rides out short locks.
     DATABASES["default"].setdefault("OPTIONS", {}).update(

@@ -210,17 +210,54 @@ def test_changing_settings_resets_the_parts_without_conf_importing_the_registry(
     assert registry.get_provider() is not first
 
 
-@pytest.mark.django_db
-@pytest.mark.skipif(connection.vendor != "postgresql", reason="a PostgreSQL setting")
-def test_retrieval_threads_beyond_what_postgresql_allows_are_an_error(settings):
-    from answers.checks import RESERVED_CONNECTIONS, check_database_connections
+def _usable_connections() -> int:
+    from answers.checks import RESERVED_CONNECTIONS
 
     with connection.cursor() as cursor:
         cursor.execute("SHOW max_connections")
-        allowed = int(cursor.fetchone()[0]) - RESERVED_CONNECTIONS
+        return int(cursor.fetchone()[0]) - RESERVED_CONNECTIONS
+
+
+@pytest.mark.django_db
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="a PostgreSQL setting")
+def test_a_pool_beyond_what_postgresql_allows_is_an_error(monkeypatch):
+    from answers.checks import check_database_connections
+
+    allowed = _usable_connections()
+    pool = connection.settings_dict["OPTIONS"]["pool"]  # on by default (DATABASE_POOL_SIZE)
+    assert check_database_connections(databases=["default"]) == []
+    monkeypatch.setitem(pool, "max_size", allowed + 1)
+    (error,) = check_database_connections(databases=["default"])
+    assert error.id == "answers.E030" and f"leaves {allowed}" in error.msg
+    assert "DATABASE_POOL_SIZE" in error.msg
+    assert check_database_connections(databases=None) == []  # not asked for the database
+
+
+@pytest.mark.django_db
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="a PostgreSQL setting")
+def test_a_pool_smaller_than_the_threads_using_it_is_a_warning(settings, monkeypatch):
+    from answers.checks import check_database_connections
+
+    settings.ANSWERS = {**settings.ANSWERS, "RETRIEVAL_THREADS": 4}
+    monkeypatch.setitem(connection.settings_dict["OPTIONS"]["pool"], "max_size", 4)
+    (warning,) = check_database_connections(databases=["default"])
+    assert warning.id == "answers.W003" and "holds 4 connections but 5 threads" in warning.msg
+    monkeypatch.setitem(connection.settings_dict["OPTIONS"]["pool"], "max_size", 5)
+    assert check_database_connections(databases=["default"]) == []
+
+
+@pytest.mark.django_db
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="a PostgreSQL setting")
+def test_unpooled_retrieval_threads_beyond_what_postgresql_allows_are_an_error(
+    settings, monkeypatch
+):
+    from answers.checks import check_database_connections
+
+    allowed = _usable_connections()
+    monkeypatch.delitem(connection.settings_dict["OPTIONS"], "pool")
     settings.ANSWERS = {**settings.ANSWERS, "RETRIEVAL_THREADS": 4}
     assert check_database_connections(databases=["default"]) == []
     settings.ANSWERS = {**settings.ANSWERS, "RETRIEVAL_THREADS": allowed}
     (error,) = check_database_connections(databases=["default"])
-    assert error.id == "answers.E020" and f"leaves {allowed}" in error.msg
-    assert check_database_connections(databases=None) == []  # not asked for the database
+    assert error.id == "answers.E030" and f"leaves {allowed}" in error.msg
+    assert "unpooled" in error.msg

@@ -117,3 +117,46 @@ def test_bootstrap_reset_password_prints_a_new_one_and_lifts_a_lockout(
 def test_bootstrap_reset_password_of_a_missing_login_says_what_to_do():
     with pytest.raises(CommandError, match="No login 'nobody'"):
         call_command("bootstrap", "--reset-password", "--username", "nobody")
+
+
+POOL = (
+    "from django.conf import settings; d = settings.DATABASES['default']; "
+    "print(d.get('OPTIONS', {}).get('pool'), d['CONN_MAX_AGE'])"
+)
+
+
+def _postgres_settings(tmp_path: Path, **env: str):  # type: ignore[no-untyped-def]
+    """config.settings read for a PostgreSQL URL (nothing connects)."""
+    clean = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("DJANGO_", "ANSWERS_", "DATABASE_"))
+    }
+    clean.update(DJANGO_SETTINGS_MODULE="config.settings", DJANGO_ENV_FILE="", DJANGO_DEBUG="1")
+    clean["DATABASE_URL"] = "postgres://someone@db.invalid:5432/answers"
+    return subprocess.run(
+        [sys.executable, "-c", f"import django; django.setup(); {POOL}"],
+        cwd=REPO_ROOT,
+        env={**clean, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_postgresql_connections_are_pooled_by_default(tmp_path: Path) -> None:
+    done = _postgres_settings(tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[0] == "{'min_size': 1, 'max_size': 10, 'timeout': 30} 0"
+    sized = _postgres_settings(tmp_path, DATABASE_POOL_SIZE="25")
+    assert "'max_size': 25" in sized.stdout
+
+
+def test_persistent_connections_need_the_pool_off(tmp_path: Path) -> None:
+    refused = _postgres_settings(tmp_path, DATABASE_CONN_MAX_AGE="60")
+    assert refused.returncode != 0
+    assert "DATABASE_CONN_MAX_AGE and DATABASE_POOL_SIZE exclude each other" in refused.stderr
+    persistent = _postgres_settings(tmp_path, DATABASE_CONN_MAX_AGE="60", DATABASE_POOL_SIZE="0")
+    assert persistent.returncode == 0, persistent.stderr
+    assert persistent.stdout.split("\n")[0] == "None 60"
