@@ -457,12 +457,27 @@ def _retrieval_executor() -> ThreadPoolExecutor | None:
         return _retrieval_pools[threads]
 
 
+def _release_connection() -> None:
+    """Give this thread's database connection back (to the pool, or closed unless
+    ``CONN_MAX_AGE`` keeps it) as a request's end would. An answer streams for seconds
+    without the database, and a JSON or SSE ask's thread would otherwise hold a pooled
+    connection to the end of the response. Never inside a transaction (tests run in one)."""
+    if not connection.in_atomic_block:
+        close_old_connections()
+
+
 def _retrieve_apart(**kwargs: Any) -> Retrieval:
     try:
         return retrieve_sources(**kwargs)
     finally:
-        # As a request's end would: the connection stays open only for CONN_MAX_AGE.
-        close_old_connections()
+        _release_connection()
+
+
+def _prepare_then_release(**kwargs: Any) -> AnswerRun:
+    try:
+        return _prepare(**kwargs)
+    finally:
+        _release_connection()
 
 
 async def _retrieve(**kwargs: Any) -> Retrieval:
@@ -489,7 +504,7 @@ async def start_answer(
         previous_question=history[-1].question if history else None,
         standalone=rewrite.text,
     )
-    return await sync_to_async(_prepare)(
+    return await sync_to_async(_prepare_then_release)(
         user=user,
         question=cleaned,
         context=context,

@@ -54,3 +54,17 @@ async def test_concurrent_questions_search_at_once_on_their_own_threads(
         assert all(name.startswith("answers-retrieval") for name in searched_on), searched_on
     else:  # SQLite: always the one database thread
         assert not any(name.startswith("answers-retrieval") for name in recorded_threads)
+
+
+def test_a_streaming_answer_holds_no_database_connection(corpus, asker, scripted):
+    """Between storing the question and storing the answer, an answer waits on the
+    provider for seconds: the thread that stored it gives its connection back (to the
+    pool on PostgreSQL), or every JSON or SSE ask in flight would hold one."""
+    from tests.helpers import start
+    from tests.test_pipeline import collect
+
+    scripted.script = ["The try statement [1]."]
+    run = start(user=asker, question="How does the try statement handle exceptions?")
+    assert connection.connection is None  # this thread ran the storing (thread-sensitive)
+    events = collect(run)
+    assert events[-1].answer.status == "complete"
