@@ -457,7 +457,7 @@ def _retrieval_executor() -> ThreadPoolExecutor | None:
         return _retrieval_pools[threads]
 
 
-def _release_connection() -> None:
+def release_connection() -> None:
     """Give this thread's database connection back (to the pool, or closed unless
     ``CONN_MAX_AGE`` keeps it) as a request's end would. An answer streams for seconds
     without the database, and a JSON or SSE ask's thread would otherwise hold a pooled
@@ -470,14 +470,14 @@ def _retrieve_apart(**kwargs: Any) -> Retrieval:
     try:
         return retrieve_sources(**kwargs)
     finally:
-        _release_connection()
+        release_connection()
 
 
 def _prepare_then_release(**kwargs: Any) -> AnswerRun:
     try:
         return _prepare(**kwargs)
     finally:
-        _release_connection()
+        release_connection()
 
 
 async def _retrieve(**kwargs: Any) -> Retrieval:

@@ -68,3 +68,29 @@ def test_a_streaming_answer_holds_no_database_connection(corpus, asker, scripted
     assert connection.connection is None  # this thread ran the storing (thread-sensitive)
     events = collect(run)
     assert events[-1].answer.status == "complete"
+
+
+def test_a_follower_holds_no_database_connection(corpus, asker, scripted):
+    """A follower (an SSE resume, a second tab) waits on events, not rows: once it has
+    been checked, its thread's connection goes back."""
+    from contextlib import aclosing
+
+    from asgiref.sync import async_to_sync, sync_to_async
+
+    from answers import streams
+    from tests.helpers import ask
+
+    scripted.script = ["The try statement [1]."]
+    done = ask(user=asker, question="How does the try statement handle exceptions?")
+
+    async def first_event_then_look():  # type: ignore[no-untyped-def]
+        events = streams.answer_stream_follow(answer_id=done.answer.answer_id, user=asker)
+        async with aclosing(events):
+            first = await anext(events)
+            # The same (thread-sensitive) thread the follower's check ran on.
+            released = await sync_to_async(lambda: connection.connection is None)()
+        return first, released
+
+    first, released = async_to_sync(first_event_then_look)()
+    assert first.event.type in {"references", "done"}  # from the log, or the stored result
+    assert released

@@ -14,7 +14,7 @@ from asgiref.sync import sync_to_async
 from channels.layers import BaseChannelLayer
 from django.utils import timezone
 
-from .. import presenters, selectors, services
+from .. import pipeline, presenters, selectors, services
 from ..conf import answers_settings
 from ..events import DoneEvent, ErrorEvent, Event, StreamEvent
 from ..models import Answer
@@ -24,13 +24,16 @@ from .refusals import ABANDONED_MESSAGE, answer_for_follower
 
 
 def _settled_sync(answer_id: int, user: Any) -> Event | None:
-    answer = answer_for_follower(answer_id, user)
-    if answer.status == Answer.Status.STREAMING:
-        if not services.answer_is_abandoned(answer=answer, now=timezone.now()):
-            return None
-        return ErrorEvent(ABANDONED_MESSAGE, answer_id=answer_id, code="interrupted")
-    # The answer just loaded, not a second lookup.
-    return DoneEvent(answer=presenters.answer_payload(answer=answer, user=user))
+    try:
+        answer = answer_for_follower(answer_id, user)
+        if answer.status == Answer.Status.STREAMING:
+            if not services.answer_is_abandoned(answer=answer, now=timezone.now()):
+                return None
+            return ErrorEvent(ABANDONED_MESSAGE, answer_id=answer_id, code="interrupted")
+        # The answer just loaded, not a second lookup.
+        return DoneEvent(answer=presenters.answer_payload(answer=answer, user=user))
+    finally:
+        pipeline.release_connection()  # a follower still waiting holds none
 
 
 def _withheld_sync(answer: Answer, user: Any) -> StreamEvent | None:
@@ -41,6 +44,16 @@ def _withheld_sync(answer: Answer, user: Any) -> StreamEvent | None:
     return StreamEvent(
         seq=None, event=DoneEvent(answer=presenters.answer_payload(answer=answer, user=user))
     )
+
+
+def _follower_check_sync(answer_id: int, user: Any) -> tuple[Answer, StreamEvent | None]:
+    """The answer ``user`` may follow, and its stored result if it is withheld from them;
+    then the thread's connection goes back, since a follower waits on events, not rows."""
+    try:
+        answer = answer_for_follower(answer_id, user)
+        return answer, _withheld_sync(answer, user)
+    finally:
+        pipeline.release_connection()
 
 
 async def _settled(answer_id: int, user: Any) -> StreamEvent | None:
@@ -98,8 +111,7 @@ async def answer_stream_follow(
     """Every event of ``answer_id``'s stream after sequence number ``after``, live, ending
     with its ``done`` or ``error``. Only the answer's owner may follow it."""
     # Refused before subscribing.
-    answer = await sync_to_async(answer_for_follower)(answer_id, user)
-    withheld = await sync_to_async(_withheld_sync)(answer, user)
+    answer, withheld = await sync_to_async(_follower_check_sync)(answer_id, user)
     if withheld is not None:
         # The log holds the text as it was streamed: the follower gets only the notice.
         yield withheld
