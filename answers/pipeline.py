@@ -15,11 +15,11 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import aclosing
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from asgiref.sync import sync_to_async
 from django.contrib.auth.models import User
@@ -48,6 +48,8 @@ from .types import AnswerPayload, NumberedSource, Reference, Retrieval
 logger = logging.getLogger(__name__)
 
 GENERIC_ERROR = "The answer could not be generated. Please try again."
+
+T = TypeVar("T")
 
 
 class AskRefused(Exception):
@@ -473,11 +475,19 @@ def _retrieve_apart(**kwargs: Any) -> Retrieval:
         release_connection()
 
 
-def _prepare_then_release(**kwargs: Any) -> AnswerRun:
-    try:
-        return _prepare(**kwargs)
-    finally:
-        release_connection()
+def _then_release(step: Callable[..., T]) -> Callable[..., T]:
+    """``step``, then the thread's connection given back. Around every step before the
+    answer streams: between them the ask waits on a retrieval thread (which needs a
+    connection of its own from the same pool: holding one while waiting for it could
+    leave the pool empty and every ask waiting), a rewrite or the provider."""
+
+    def released(**kwargs: Any) -> T:
+        try:
+            return step(**kwargs)
+        finally:
+            release_connection()
+
+    return released
 
 
 async def _retrieve(**kwargs: Any) -> Retrieval:
@@ -493,7 +503,9 @@ async def start_answer(
     """Validate, retrieve and store the question; raises ``AskRefused`` before any event."""
     cleaned = clean_question(question)
     started = time.perf_counter()
-    context = await sync_to_async(_context)(user=user, conversation_id=conversation_id)
+    context = await sync_to_async(_then_release(_context))(
+        user=user, conversation_id=conversation_id
+    )
     # Between the two database steps, on the event loop: a rewrite waits on the network,
     # never on the one thread database work shares.
     rewrite = await _standalone(question=cleaned, history=context.history)
@@ -504,7 +516,7 @@ async def start_answer(
         previous_question=history[-1].question if history else None,
         standalone=rewrite.text,
     )
-    return await sync_to_async(_prepare_then_release)(
+    return await sync_to_async(_then_release(_prepare))(
         user=user,
         question=cleaned,
         context=context,

@@ -253,3 +253,36 @@ async def test_a_process_at_capacity_refuses_a_question_before_storing_it(
         user=other_asker, question="What is a lambda?", conversation_id=None
     )
     assert [e async for e in again.events][-1].event.type == "done"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_parallel_asks_never_wait_forever_on_a_small_database_pool(django_db_setup, corpus, asker):
+    """More asks at once than the pool has connections: an ask gives its connection back
+    before it waits on a retrieval thread (which needs one from the same pool), so none
+    of them ends with the pool's timeout (before, with 2 connections and 8 asks, every
+    connection was held by an ask waiting for a retrieval that could not get one)."""
+    import httpx
+    from django.db import connections
+
+    from tests.live import run_live_server
+
+    if connections["default"].vendor != "postgresql":
+        pytest.skip("the connection pool is PostgreSQL's")
+    env = {
+        "DATABASE_POOL_SIZE": "2",
+        "ANSWERS_RETRIEVAL_THREADS": "4",
+        "ANSWERS_QUESTIONS_PER_MINUTE": "1000",
+        "ANSWERS_MAX_CONCURRENT_STREAMS": "1000",
+    }
+    headers = {"Authorization": _token(asker)}
+    with run_live_server(connections["default"].settings_dict, env=env) as server:
+
+        def ask_json(i: int) -> tuple[int, str]:
+            response = httpx.post(
+                f"{server.url}/api/answers", json={"question": f"lambda {i}"},
+                headers=headers, timeout=90,
+            )  # fmt: skip
+            return response.status_code, response.text
+
+        results = _in_parallel(8, ask_json)
+    assert [status for status, _ in results] == [200] * 8, results
