@@ -105,14 +105,6 @@ SETTINGS: tuple[Setting, ...] = (
         1.0,
     ),
     Setting(
-        "RANK_COVERAGE_WEIGHT",
-        0.15,
-        "Document ranking: added for the share of the question's words found in a document's "
-        "retrieved chunks and title (0: off; ADR 0033).",
-        0.0,
-        10.0,
-    ),
-    Setting(
         "RANK_API_TITLE_PENALTY",
         0.1,
         "Document ranking: taken off an API reference page (titled by one dotted name, "

@@ -12,11 +12,6 @@ cannot see decide which *document* a staff question is about (ADR 0020):
   often has the best chunk; the specific page is the better source. A document loses
   ``size_prior * ln(its chunks)``: nothing for a one-chunk page, about 0.12 at the default
   for sixty chunks.
-- **Coverage** (ADR 0033). A page about the question holds most of its words somewhere,
-  not always in one chunk; a page that shares one rare word with it scores well on that
-  chunk alone. A document earns ``coverage_weight * share of the question's terms found
-  in its retrieved chunks and its title`` (each term counts once, whatever its weight:
-  BM25 has weighed it already in the chunk's score).
 - **API reference pages** (ADR 0032). Generated reference documentation has a page per
   function or class, titled by its dotted name (``pandas.Series.str.join``,
   ``scipy.io.FortranFile.close``): one short chunk that repeats a few words of a prose
@@ -25,9 +20,8 @@ cannot see decide which *document* a staff question is about (ADR 0020):
 
 The rank score only orders candidates; it is not a relevance score and is never shown or
 thresholded: the chunk's normalized search score keeps its 0..1 scale and meaning, and the
-``SCORE_THRESHOLD`` applies to it before this step (``retrieval.select_sources``). Both
-backends return the same chunks and scores, so this step, which reads only them, gives both
-the same order.
+``SCORE_THRESHOLD`` applies to it before this step. Both backends return the same chunks
+and scores, so this step, which reads only them, gives both the same order.
 This module is pure (no Django), like ``citations``.
 """
 
@@ -71,20 +65,6 @@ def title_coverage(stems: frozenset[str], title: str) -> float:
     return len(stems & set(stem_text(title).split())) / len(stems)
 
 
-def document_coverage(stems: frozenset[str], candidates: Sequence[Candidate]) -> dict[int, float]:
-    """Per document, the share of the question's stems that its candidates' texts and its
-    title hold together (0..1)."""
-    if not stems:
-        return {candidate.document_id: 0.0 for candidate in candidates}
-    held: dict[int, set[str]] = {}
-    for candidate in candidates:
-        words = held.setdefault(
-            candidate.document_id, set(stems & set(stem_text(candidate.title).split()))
-        )
-        words.update(stems & set(stem_text(candidate.text).split()))
-    return {document: len(words) / len(stems) for document, words in held.items()}
-
-
 def rank_score(
     candidate: Candidate,
     *,
@@ -92,19 +72,12 @@ def rank_score(
     title_weight: float,
     size_prior: float,
     api_title_penalty: float = 0.0,
-    coverage_weight: float = 0.0,
-    coverage: float = 0.0,
 ) -> float:
     """``api_title_penalty`` is applied as given: the caller passes 0 for a question that
-    names code. ``coverage`` is the document's (``document_coverage``)."""
-    in_title = title_coverage(stems, candidate.title) if title_weight else 0.0
+    names code."""
+    coverage = title_coverage(stems, candidate.title) if title_weight else 0.0
     breadth = math.log(max(candidate.document_chunks, 1))
-    score = (
-        candidate.score
-        + title_weight * in_title
-        + coverage_weight * coverage
-        - size_prior * breadth
-    )
+    score = candidate.score + title_weight * coverage - size_prior * breadth
     if api_title_penalty and api_title(candidate.title):
         score -= api_title_penalty
     return score
@@ -117,13 +90,11 @@ def candidates_ranked(
     title_weight: float,
     size_prior: float,
     api_title_penalty: float = 0.0,
-    coverage_weight: float = 0.0,
 ) -> list[Candidate]:
     """``candidates`` best first by rank score; ties keep the search's order. Each
     candidate's ``rank_score`` is set."""
     stems = question_stems(question)
     penalty = 0.0 if names_code(question) else api_title_penalty
-    coverage = document_coverage(stems, candidates) if coverage_weight else {}
     for candidate in candidates:
         candidate.rank_score = rank_score(
             candidate,
@@ -131,7 +102,5 @@ def candidates_ranked(
             title_weight=title_weight,
             size_prior=size_prior,
             api_title_penalty=penalty,
-            coverage_weight=coverage_weight,
-            coverage=coverage.get(candidate.document_id, 0.0),
         )
     return sorted(candidates, key=lambda c: (-(c.rank_score or 0.0), c.rank))

@@ -2,7 +2,7 @@
 
 The order is fixed (ADR 0002): score threshold (the best chunk must reach it; the others
 stay down to ``SOURCE_SCORE_RATIO`` of its score, ADR 0033), document ranking
-(``answers.ranking``, ADR 0020, 0033), optional rerank, at most
+(``answers.ranking``, ADR 0020), optional rerank, at most
 ``MAX_CHUNKS_PER_DOCUMENT`` chunks per document, then the asking user's access, then
 near-duplicates of a higher-ranked kept document (ADR 0032), then at most ``MAX_SOURCES``
 documents. Access comes before the source limit so that documents a user may not view never
@@ -98,7 +98,6 @@ def select_sources(
         question=question,
         title_weight=float(answers_settings.RANK_TITLE_WEIGHT),
         size_prior=float(answers_settings.RANK_SIZE_PRIOR),
-        coverage_weight=float(answers_settings.RANK_COVERAGE_WEIGHT),
         api_title_penalty=float(answers_settings.RANK_API_TITLE_PENALTY),
     )
 

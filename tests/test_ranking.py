@@ -87,32 +87,6 @@ def test_ties_keep_the_search_order_and_scores_are_untouched(values) -> None:
     assert all(c.score == 0.5 for c in candidates)
 
 
-def test_a_document_holding_more_of_the_question_outranks_one_rare_word() -> None:
-    # One chunk shares a single word with the question; the other page holds all of them,
-    # over two chunks.
-    one_word = cand(1, 1, 0.45, text="Delegate to the parent class.")
-    first = cand(2, 2, 0.40, text="A generator can delegate to a subgenerator.")
-    second = cand(3, 2, 0.30, text="The subgenerator's values are yielded in turn.")
-    question = "How do I delegate to a subgenerator, yielding its values?"
-    ids = order([one_word, first, second], question, **WEIGHTS, coverage_weight=0.15)
-    assert ids == [2, 1, 2]  # the page first; its weaker chunk keeps its own place
-    assert one_word.rank_score == pytest.approx(0.45 + 0.15 * 1 / 4)  # "deleg" of four
-    assert first.rank_score == pytest.approx(0.40 + 0.15 * 1.0)  # the document's coverage
-    assert order([one_word, first, second], question) == [1, 2, 2]  # coverage off
-
-
-def test_document_coverage_counts_each_stem_once_over_chunks_and_title() -> None:
-    stems = ranking.question_stems("Which values does a generator yield?")
-    assert stems == {"valu", "generat", "yield"}
-    candidates = [
-        cand(1, 1, 0.5, title="The yield statement", text="Generators, generators."),
-        cand(2, 1, 0.4, title="The yield statement", text="a yield expression"),
-        cand(3, 2, 0.3, text="nothing in common"),
-    ]
-    assert ranking.document_coverage(stems, candidates) == {1: pytest.approx(2 / 3), 2: 0.0}
-    assert ranking.document_coverage(frozenset(), candidates) == {1: 0.0, 2: 0.0}
-
-
 @pytest.mark.django_db
 def test_the_threshold_applies_to_the_best_search_score_not_the_rank_score(settings) -> None:
     settings.ANSWERS = {"SCORE_THRESHOLD": 0.4, "SOURCE_SCORE_RATIO": 0.4}
