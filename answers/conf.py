@@ -80,6 +80,15 @@ SETTINGS: tuple[Setting, ...] = (
         1.0,
     ),
     Setting(
+        "SOURCE_SCORE_RATIO",
+        0.4,
+        "Once the best chunk reaches `SCORE_THRESHOLD`, the others stay candidates down to "
+        "this share of its score when that is under the threshold (1.0: each chunk needs the "
+        "threshold; ADR 0033).",
+        0.0,
+        1.0,
+    ),
+    Setting(
         "RANK_TITLE_WEIGHT",
         0.3,
         "Document ranking: added for the share of the question's words in a document's title "

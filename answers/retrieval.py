@@ -1,7 +1,8 @@
 """From a question to numbered sources: search, threshold, rank, rerank, caps, access, numbering.
 
-The order is fixed (ADR 0002): score threshold, document ranking (``answers.ranking``,
-ADR 0020), optional rerank, at most
+The order is fixed (ADR 0002): score threshold (the best chunk must reach it; the others
+stay down to ``SOURCE_SCORE_RATIO`` of its score, ADR 0033), document ranking
+(``answers.ranking``, ADR 0020), optional rerank, at most
 ``MAX_CHUNKS_PER_DOCUMENT`` chunks per document, then the asking user's access, then
 near-duplicates of a higher-ranked kept document (ADR 0032), then at most ``MAX_SOURCES``
 documents. Access comes before the source limit so that documents a user may not view never
@@ -74,13 +75,21 @@ def select_sources(
 ) -> SourceSelection:
     """Decide every candidate's fate, and number the survivors [1..N] by best rank."""
     threshold = float(answers_settings.SCORE_THRESHOLD)
+    ratio = float(answers_settings.SOURCE_SCORE_RATIO)
     per_document = int(answers_settings.MAX_CHUNKS_PER_DOCUMENT)
     max_sources = int(answers_settings.MAX_SOURCES)
     near_duplicate = float(answers_settings.NEAR_DUPLICATE_SIMILARITY)
 
+    # The threshold decides whether the question is answered: its best chunk must reach
+    # it. Which chunks then compete for the places is relative to that best (ADR 0033): a
+    # page the ranking below prefers (its title, its coverage) often scores just under the
+    # threshold, and an absolute cut would drop it before the ranking sees it. Never
+    # stricter than the threshold, so a ratio of 1.0 is the old rule.
+    best = max((candidate.score for candidate in candidates), default=0.0)
+    floor = min(threshold, ratio * best) if best >= threshold else threshold
     alive: list[Candidate] = []
     for candidate in candidates:
-        if candidate.score < threshold:
+        if candidate.score < floor:
             candidate.dropped_reason = Dropped.BELOW_THRESHOLD
         else:
             alive.append(candidate)

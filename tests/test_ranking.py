@@ -17,14 +17,16 @@ from answers.types import Candidate
 WEIGHTS = {"title_weight": 0.3, "size_prior": 0.03}
 
 
-def cand(rank: int, doc: int, score: float, *, title: str = "", chunks: int = 1) -> Candidate:
+def cand(
+    rank: int, doc: int, score: float, *, title: str = "", chunks: int = 1, text: str = ""
+) -> Candidate:
     return Candidate(
         chunk_id=rank,
         document_id=doc,
         ordinal=0,
         title=title or f"doc {doc}",
         url="",
-        text=f"text {rank}",
+        text=text or f"text {rank}",
         rank=rank,
         score=score,
         document_chunks=chunks,
@@ -86,15 +88,46 @@ def test_ties_keep_the_search_order_and_scores_are_untouched(values) -> None:
 
 
 @pytest.mark.django_db
-def test_the_threshold_applies_to_the_search_score_not_the_rank_score(settings) -> None:
-    settings.ANSWERS = {"SCORE_THRESHOLD": 0.4}
-    weak = cand(1, 1, 0.3, title="The with statement")  # title match, below threshold
+def test_the_threshold_applies_to_the_best_search_score_not_the_rank_score(settings) -> None:
+    settings.ANSWERS = {"SCORE_THRESHOLD": 0.4, "SOURCE_SCORE_RATIO": 0.4}
+    weak = cand(1, 1, 0.35, title="The with statement")  # title match, under the threshold
     strong = cand(2, 2, 0.5)
+    noise = cand(3, 3, 0.15)  # under 0.4 x the best
     sources = select_sources(
-        [weak, strong], question="with statement", visible_document_ids=lambda ids: set(ids)
+        [weak, strong, noise], question="with statement", visible_document_ids=set
+    ).sources
+    # The best chunk reaches the threshold, so the question is answered; the weaker chunk
+    # competes (its title puts it first) and keeps its own score.
+    assert [s.document_id for s in sources] == [1, 2]
+    assert weak.dropped_reason == "" and weak.score == 0.35
+    assert noise.dropped_reason == "below_threshold"
+
+
+@pytest.mark.django_db
+def test_no_source_when_the_best_search_score_is_under_the_threshold(settings) -> None:
+    settings.ANSWERS = {"SCORE_THRESHOLD": 0.4, "SOURCE_SCORE_RATIO": 0.4}
+    titled = cand(1, 1, 0.39, title="The with statement")  # a title match does not help
+    other = cand(2, 2, 0.3)
+    selection = select_sources([titled, other], question="with statement", visible_document_ids=set)
+    assert selection.sources == []
+    assert {c.dropped_reason for c in (titled, other)} == {"below_threshold"}
+
+
+@pytest.mark.django_db
+def test_a_ratio_of_one_is_the_absolute_threshold(settings) -> None:
+    settings.ANSWERS = {"SCORE_THRESHOLD": 0.4, "SOURCE_SCORE_RATIO": 1.0}
+    weak = cand(1, 1, 0.35, title="The with statement")
+    strong = cand(2, 2, 0.9)
+    sources = select_sources(
+        [weak, strong], question="with statement", visible_document_ids=set
     ).sources
     assert [s.document_id for s in sources] == [2]
-    assert weak.dropped_reason == "below_threshold" and weak.score == 0.3
+    assert weak.dropped_reason == "below_threshold"
+    # Never stricter than the threshold: 0.4 x 0.9 = 0.36 would keep weak, 1.0 x 0.9 not.
+    settings.ANSWERS = {"SCORE_THRESHOLD": 0.4, "SOURCE_SCORE_RATIO": 0.9}
+    mid = cand(3, 3, 0.45)
+    sources = select_sources([strong, mid], question="zeppelin", visible_document_ids=set).sources
+    assert [s.document_id for s in sources] == [2, 3]
 
 
 @pytest.mark.django_db
