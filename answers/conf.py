@@ -264,10 +264,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "RETRIEVAL_THREADS",
         4,
-        "Threads of their own (each borrowing a database connection per step) that run an "
-        "ask's database steps on PostgreSQL (checking, retrieval, storing the question and "
-        "the answer), so concurrent questions search and store at once; 0: on the one "
-        "thread that database work shares. SQLite always uses that thread.",
+        "Threads of their own (each with a database connection) that run retrieval on "
+        "PostgreSQL, so concurrent questions search at once; 0: on the one thread that "
+        "database work shares. SQLite always uses that thread.",
         0,
         64,
         env="ANSWERS_RETRIEVAL_THREADS",

@@ -273,8 +273,7 @@ class AnswerRun:
         error: str = "",
         usage: Usage | None = None,
     ) -> DoneEvent:
-        completed = await _on_database_thread(
-            services.answer_complete,
+        completed = await sync_to_async(services.answer_complete)(
             answer=self.answer,
             raw_text=raw_text,
             sources=self.sources,
@@ -469,6 +468,13 @@ def release_connection() -> None:
         close_old_connections()
 
 
+def _retrieve_apart(**kwargs: Any) -> Retrieval:
+    try:
+        return retrieve_sources(**kwargs)
+    finally:
+        release_connection()
+
+
 def _then_release(step: Callable[..., T]) -> Callable[..., T]:
     """``step``, then the thread's connection given back. Around every step before the
     answer streams: between them the ask waits on a retrieval thread (which needs a
@@ -484,25 +490,11 @@ def _then_release(step: Callable[..., T]) -> Callable[..., T]:
     return released
 
 
-async def _on_database_thread(step: Callable[..., T], **kwargs: Any) -> T:
-    """Run a database step of an ask: on PostgreSQL on a thread of the pool (ADR 0029),
-    so concurrent asks search and store at once instead of queuing on the one thread all
-    other database work shares; elsewhere on that thread. Either way the connection goes
-    back afterwards (``_then_release``)."""
-    executor = _retrieval_executor()
-    released = _then_release(step)
-    if executor is None:
-        return await sync_to_async(released)(**kwargs)
-    return await sync_to_async(released, thread_sensitive=False, executor=executor)(**kwargs)
-
-
 async def _retrieve(**kwargs: Any) -> Retrieval:
     executor = _retrieval_executor()
     if executor is None:
         return await sync_to_async(retrieve_sources)(**kwargs)
-    return await sync_to_async(
-        _then_release(retrieve_sources), thread_sensitive=False, executor=executor
-    )(**kwargs)
+    return await sync_to_async(_retrieve_apart, thread_sensitive=False, executor=executor)(**kwargs)
 
 
 async def start_answer(
@@ -511,7 +503,9 @@ async def start_answer(
     """Validate, retrieve and store the question; raises ``AskRefused`` before any event."""
     cleaned = clean_question(question)
     started = time.perf_counter()
-    context = await _on_database_thread(_context, user=user, conversation_id=conversation_id)
+    context = await sync_to_async(_then_release(_context))(
+        user=user, conversation_id=conversation_id
+    )
     # Between the two database steps, on the event loop: a rewrite waits on the network,
     # never on the one thread database work shares.
     rewrite = await _standalone(question=cleaned, history=context.history)
@@ -522,8 +516,7 @@ async def start_answer(
         previous_question=history[-1].question if history else None,
         standalone=rewrite.text,
     )
-    return await _on_database_thread(
-        _prepare,
+    return await sync_to_async(_then_release(_prepare))(
         user=user,
         question=cleaned,
         context=context,
