@@ -13,23 +13,27 @@ event a client gets (generation, citation rules and storing the answer included)
   as config/settings.py does for ``REDIS_URL`` (a unique prefix, deleted afterwards): the
   follower in the generating process reads its events from memory, the log goes to Redis;
 - the same with the follower elsewhere: it subscribes before generation starts, so it
-  follows through the layer as a follower in another process does (every event a log
-  write, a group send and a receive on Redis);
+  follows through the layer as a follower in another process does (the events go to the
+  log and the layer in batches of whatever is ready when the last batch is out: the notes
+  give the mean events per layer message);
 - ``CONCURRENT`` shorter answers at once, one follower each, in-memory and locmem: the
   share of events that reach their follower (the log must hold every answer at once);
-- and the baseline's linearity: its cost per event at ``LONG_DELTAS`` against ``DELTAS``.
+- and linearity: the baseline's cost per event at ``LONG_DELTAS`` against ``DELTAS``, and
+  the follower elsewhere's at ``LAYER_LONG_DELTAS`` against ``DELTAS``.
 
 Each figure is the best of ``RUNS`` runs after a warm-up (noise only ever adds time). The
 notes split a relayed event into its parts: the log write (through a worker thread, as
-answers.streams does it, and the cache call alone), the group send and the receive.
+answers.streams does it, and the cache call alone), the group send and the receive, each
+per call of one event and of a batch of ``BATCH`` events.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any
@@ -43,7 +47,8 @@ from django.test.utils import override_settings
 
 from answers import pipeline, streams
 from answers.conf import answers_settings
-from answers.streams.log import stream_is_followed
+from answers.streams import generation
+from answers.streams.log import layer_message, stream_is_followed
 
 from . import services
 from .pipeline import NO_LIMITS, asker
@@ -57,6 +62,8 @@ CONCURRENT = 50
 CONCURRENT_DELTAS = 40  # as section 6's stamped providers
 PARTS = 300  # calls timed per part
 LONG_DELTAS = 32_000  # ~220,000 characters (NO_LIMITS lifts MAX_ANSWER_CHARS)
+LAYER_LONG_DELTAS = 8_000  # through Redis: 16x DELTAS, a few seconds a run
+BATCH = 32  # events per call in the batched parts
 BASELINE = "AnswerRun.events() direct"
 
 
@@ -87,6 +94,27 @@ class ShortBurstProvider(BurstProvider):
 
 class LongBurstProvider(BurstProvider):
     deltas = LONG_DELTAS
+
+
+class LayerLongBurstProvider(BurstProvider):
+    deltas = LAYER_LONG_DELTAS
+
+
+@contextlib.contextmanager
+def _layer_messages() -> Iterator[list[int]]:
+    """The events each layer message of the generating process carries, while it runs."""
+    sizes: list[int] = []
+    publish = generation.layer_publish
+
+    async def counting(stream: str, entries: list[dict[str, Any]]) -> None:
+        sizes.append(len(entries))
+        await publish(stream, entries)
+
+    generation.layer_publish = counting
+    try:
+        yield sizes
+    finally:
+        generation.layer_publish = publish
 
 
 @dataclass(frozen=True)
@@ -206,9 +234,13 @@ async def _parts() -> dict[str, float]:
     def entry(seq: int) -> dict[str, Any]:
         return {"seq": seq, "type": "token", "text": f"w{seq} "}
 
-    def write(seq: int) -> None:
-        # The log's shape: the event under its seq, and the last seq.
-        cache.set_many({f"bench:relay:{seq}": entry(seq), "bench:relay:last": seq}, timeout=ttl)
+    def write(seq: int, events: int = 1) -> None:
+        # The log's shape: each event under its seq, and the last seq.
+        first = (seq - 1) * events + 1
+        seqs = range(first, first + events)
+        logged: dict[str, Any] = {f"bench:relay:{n}": entry(n) for n in seqs}
+        logged["bench:relay:last"] = first + events - 1
+        cache.set_many(logged, timeout=ttl)
 
     # As answers.streams does it: off the ORM's thread, on a worker thread.
     threaded = sync_to_async(write, thread_sensitive=False)
@@ -216,8 +248,12 @@ async def _parts() -> dict[str, float]:
     async def inline(seq: int) -> None:
         write(seq)
 
-    async def send(seq: int) -> None:
-        await layer.group_send(group, {"type": "answer.event", "event": entry(seq)})
+    async def send(seq: int, events: int = 1) -> None:
+        first = (seq - 1) * events + 1
+        batch = [entry(n) for n in range(first, first + events)]
+        await layer.group_send(group, layer_message(batch))
+
+    threaded_batch = sync_to_async(lambda seq: write(seq, BATCH), thread_sensitive=False)
 
     try:
         return {
@@ -225,6 +261,9 @@ async def _parts() -> dict[str, float]:
             "of which cache": await _per_call(inline),
             "group_send": await _per_call(send),
             "receive": await _per_call(lambda _: layer.receive(channel)),
+            f"log write of {BATCH}": await _per_call(threaded_batch),
+            f"group_send of {BATCH}": await _per_call(lambda seq: send(seq, BATCH)),
+            f"receive of {BATCH}": await _per_call(lambda _: layer.receive(channel)),
         }
     finally:
         await layer.group_discard(group, channel)
@@ -232,7 +271,13 @@ async def _parts() -> dict[str, float]:
 
 
 def _parts_note(parts: dict[str, float]) -> str:
-    return "parts per event: " + ", ".join(f"{k} {v * 1e6:.0f} µs" for k, v in parts.items())
+    return "parts per call: " + ", ".join(f"{k} {v * 1e6:.0f} µs" for k, v in parts.items())
+
+
+def _batches_note(sizes: list[int]) -> str:
+    if not sizes:
+        return "no layer message"
+    return f"{sum(sizes) / len(sizes):.1f} events per layer message ({len(sizes)} messages)"
 
 
 def _answers(provider: type[BurstProvider] = BurstProvider) -> dict[str, Any]:
@@ -288,6 +333,28 @@ def _linearity_row(user: User, base: Outcome) -> Row:
                note=f"1.0 is linear; {long.events} events in {long.seconds:.2f} s")  # fmt: skip
 
 
+def _layer_linearity_rows(
+    user: User, layers: dict[str, Any], cache: dict[str, Any], short: Outcome
+) -> list[Row]:
+    """The follower elsewhere's cost per event at LAYER_LONG_DELTAS against DELTAS: batching
+    must not make a long answer dearer per event."""
+    with override_settings(
+        ANSWERS=_answers(LayerLongBurstProvider), CHANNEL_LAYERS=layers, CACHES=cache
+    ):
+        direct = _best(lambda: _baseline(user), runs=1)
+        with _layer_messages() as sizes:
+            long = _best(lambda: _relayed(user, direct.events, elsewhere=True), runs=2)
+    per_event, short_per_event = long.seconds / long.events, short.seconds / short.events
+    note = f"1.0 is linear; {long.events} events in {long.seconds:.2f} s; {_batches_note(sizes)}"
+    if not long.complete:
+        note += "; INCOMPLETE: events lost, or the stored result sent instead"
+    return [
+        Row(SECTION, f"linearity: through the layer per event, {LAYER_LONG_DELTAS:,} deltas",
+            per_event, short_per_event, "s", f"per event at {DELTAS} deltas", ("<=", 1.3),
+            note=note),
+    ]  # fmt: skip
+
+
 def _case(
     label: str,
     user: User,
@@ -296,13 +363,16 @@ def _case(
     followers: int,
     base: Outcome,
     elsewhere: bool = False,
-) -> list[Row]:
+) -> tuple[list[Row], Outcome]:
     with override_settings(ANSWERS=_answers(), CHANNEL_LAYERS=layers, CACHES=cache):
-        outcome = _best(lambda: _relayed(user, base.events, followers, elsewhere=elsewhere))
+        with _layer_messages() as sizes:
+            outcome = _best(lambda: _relayed(user, base.events, followers, elsewhere=elsewhere))
         parts = _parts_note(async_to_sync(_parts)()) if followers == 1 else ""
+        if elsewhere:
+            parts = f"{_batches_note(sizes)}; {parts}"
         if isinstance(caches["default"], LocMemCache):
             caches["default"].clear()  # the next case starts with an empty log (never Redis)
-    return _rows(label, outcome, base, parts)
+    return _rows(label, outcome, base, parts), outcome
 
 
 def run() -> list[Row]:
@@ -310,18 +380,19 @@ def run() -> list[Row]:
     with override_settings(ANSWERS=_answers()):
         base = _best(lambda: _baseline(user))
     memory = services.layer_and_cache_settings("")
-    rows = _case("in-memory layer + locmem, 1 follower", user, *memory, 1, base)
-    rows += _case("in-memory layer + locmem, 2 followers", user, *memory, 2, base)
+    rows = _case("in-memory layer + locmem, 1 follower", user, *memory, 1, base)[0]
+    rows += _case("in-memory layer + locmem, 2 followers", user, *memory, 2, base)[0]
     try:
         services.require_redis()
         prefix = services.unique_prefix()
         try:
             layers, cache = services.layer_and_cache_settings(services.REDIS_URL, prefix)
-            rows += _case("channels-redis + RedisCache, 1 follower", user, layers, cache, 1, base)
-            rows += _case(
-                "channels-redis + RedisCache, 1 follower elsewhere (through the layer)",
-                user, layers, cache, 1, base, elsewhere=True,
-            )  # fmt: skip
+            label = "channels-redis + RedisCache, 1 follower"
+            rows += _case(label, user, layers, cache, 1, base)[0]
+            label += " elsewhere (through the layer)"
+            elsewhere, outcome = _case(label, user, layers, cache, 1, base, elsewhere=True)
+            rows += elsewhere
+            rows += _layer_linearity_rows(user, layers, cache, outcome)
         finally:
             services.delete_redis_keys(prefix)
     except services.Unavailable as exc:

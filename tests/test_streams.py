@@ -206,6 +206,37 @@ async def test_a_message_the_layer_dropped_is_read_from_the_log(corpus, asker):
     await follow.aclose()
 
 
+def test_one_event_travels_alone_as_it_always_has_and_several_in_order():
+    entries = [{"seq": seq, "type": "token", "text": f"t{seq}"} for seq in (1, 2, 3)]
+    # The one-event shape is the one an older process reads (a rolling deploy).
+    assert stream_log.layer_message(entries[:1]) == {"type": "answer.event", "event": entries[0]}
+    carried = stream_log.layer_events(stream_log.layer_message(entries))
+    assert [e.to_dict() for e in carried] == entries
+    assert stream_log.layer_events(stream_log.WAKE) == []
+
+
+async def test_a_follower_unpacks_batches_in_order_skipping_what_it_has_and_filling_gaps(
+    corpus, asker
+):
+    answer = await _answer(asker)
+    follow = streams.answer_stream_follow(answer_id=answer.pk, user=asker, after=0)
+    first = asyncio.ensure_future(anext(follow))
+    await asyncio.sleep(0.1)  # subscribed, found no log, now listening
+    # 1 and 2 only in the log (the message that carried them was dropped), then 3-5 in one
+    # message, then 4-7 (4 and 5 again): those only on the layer.
+    entries = [await _log(answer, seq, "token", text=f"t{seq}") for seq in (1, 2)]
+    entries += [{"seq": seq, "type": "token", "text": f"t{seq}"} for seq in range(3, 7)]
+    entries.append(
+        {"seq": 7, "type": "error", "message": "over", "code": "interrupted", "answer_id": None}
+    )
+    layer = get_channel_layer()
+    group = stream_log.answer_group(stream_log.stream_name(answer))
+    for batch in (entries[2:5], entries[3:7]):
+        await layer.group_send(group, stream_log.layer_message(batch))
+    got = [await first] + [event async for event in follow]
+    assert [e.to_dict() for e in got] == entries
+
+
 async def test_a_quiet_stream_is_caught_up_from_the_log(corpus, asker, settings):
     settings.ANSWERS = {**settings.ANSWERS, "STREAM_POLL_INTERVAL": 0.1}
     answer = await _answer(asker)
@@ -285,14 +316,15 @@ async def test_many_answers_streaming_at_once_each_reach_their_follower_whole(
 
 @pytest.fixture
 def answer_group_sends(monkeypatch):  # type: ignore[no-untyped-def]
-    """The events the generating process sends to answers' groups on the channel layer."""
+    """The events the generating process sends to answers' groups on the channel layer,
+    and how many messages carried them."""
     layer = get_channel_layer()
     sent: list[dict] = []
     group_send = layer.group_send
 
     async def recording(group, message):  # type: ignore[no-untyped-def]
         if group.startswith("answers.answer."):
-            sent.append(message["event"])
+            sent.append(message)
         await group_send(group, message)
 
     monkeypatch.setattr(layer, "group_send", recording)
@@ -317,7 +349,8 @@ async def test_once_a_follower_elsewhere_says_so_the_events_go_to_the_layer(
     # What a follower in another process does before reading the log.
     await stream_log.stream_mark_followed(stream_log.stream_name(run.answer))
     events = [e async for e in await streams.answer_stream_ask(run=run)]
-    assert [e["seq"] for e in answer_group_sends] == [e.seq for e in events]
+    sent = [e for message in answer_group_sends for e in stream_log.layer_events(message)]
+    assert [e.seq for e in sent] == [e.seq for e in events]
 
 
 @pytest.mark.skipif(not settings.REDIS_URL, reason="the log is batched only in a shared cache")
@@ -345,3 +378,68 @@ async def test_a_log_in_redis_is_written_in_batches_and_replays_every_event(
     replayed = await stream_log.log_read(stream_log.stream_name(run.answer), 0, None)
     assert replayed is not None
     assert [e.to_dict() for e in replayed] == [e.to_dict() for e in events]
+
+
+async def _follow_elsewhere(answer_id: int, user, after: int = 0) -> list[streams.StreamEvent]:  # type: ignore[no-untyped-def]
+    return [
+        e async for e in streams.answer_stream_follow(answer_id=answer_id, user=user, after=after)
+    ]
+
+
+@pytest.fixture
+def as_if_elsewhere(monkeypatch):  # type: ignore[no-untyped-def]
+    """Followers in this test see no generation in this process, as a follower in another
+    process does: the log and the layer are all they have."""
+    from answers.streams import relay
+
+    monkeypatch.setattr(relay, "local_streams", {})
+
+
+@pytest.mark.skipif(not settings.REDIS_URL, reason="another process can follow only on Redis")
+async def test_a_fast_answer_reaches_a_follower_elsewhere_whole_and_in_order_in_batches(
+    corpus, asker, scripted, answer_group_sends, as_if_elsewhere
+):
+    scripted.script = [f"Word{i} " for i in range(200)] + ["[1]."]
+    run = await pipeline.start_answer(user=asker, question=QUESTION)
+    follower = asyncio.ensure_future(_follow_elsewhere(run.answer.pk, asker))
+    stream = stream_log.stream_name(run.answer)
+    while not await stream_log.stream_is_followed(stream):  # subscribed before it starts
+        await asyncio.sleep(0.01)
+    await streams.answer_stream_start(run=run)
+    events = await asyncio.wait_for(follower, timeout=30)
+    await streams.answer_streams_wait(timeout=10)
+
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    assert events[-1].event.type == "done"
+    stored = await Answer.objects.aget(pk=run.answer.pk)
+    streamed = "".join(e.event.text for e in events if isinstance(e.event, TokenEvent))
+    assert stored.status == "complete" and streamed == stored.raw_text
+    # Sent as they were ready: far fewer messages than events (the provider is fast).
+    assert len(answer_group_sends) < len(events) / 4
+    sent = [e for message in answer_group_sends for e in stream_log.layer_events(message)]
+    assert [e.to_dict() for e in sent] == [e.to_dict() for e in events]
+    replayed = await stream_log.log_read(stream, 0, None)
+    assert replayed is not None and [e.to_dict() for e in replayed] == [e.to_dict() for e in events]
+
+
+@pytest.mark.skipif(not settings.REDIS_URL, reason="another process can follow only on Redis")
+async def test_followers_elsewhere_joining_mid_answer_get_every_event_once(
+    corpus, asker, scripted, as_if_elsewhere
+):
+    scripted.script = [f"Word{i} " for i in range(80)] + ["[1]."]
+    scripted.delay = 0.005
+    run = await pipeline.start_answer(user=asker, question=QUESTION)
+    asked = await streams.answer_stream_ask(run=run)
+    seen = [await anext(asked) for _ in range(20)]
+    # One from the start, one resuming after what the asker has seen (Last-Event-ID).
+    late = await asyncio.gather(
+        _follow_elsewhere(run.answer.pk, asker),
+        _follow_elsewhere(run.answer.pk, asker, after=seen[-1].seq or 0),
+    )
+    seen += [e async for e in asked]
+
+    assert [e.seq for e in seen] == list(range(1, len(seen) + 1))
+    assert seen[-1].event.type == "done"
+    whole = [e.to_dict() for e in seen]
+    assert [e.to_dict() for e in late[0]] == whole
+    assert [e.to_dict() for e in late[1]] == whole[20:]

@@ -1,10 +1,13 @@
 """Resumable answer streams: generation belongs to the answer, not to the socket that asked.
 
 ``answer_stream_start`` runs an answer's pipeline (``AnswerRun.events()``) as a task of
-this process. Every event gets a sequence number (1, 2, ...), is appended to the answer's
-*log* in the cache (``ANSWERS["STREAM_CACHE"]``, kept ``STREAM_LOG_TTL`` seconds) and only
-then published to the answer's group on the channel layer. Because the log is written
-first, a follower that subscribes and *then* reads the log misses nothing:
+this process. Every event gets a sequence number (1, 2, ...), goes to the followers in
+this process at once, and is appended to the answer's *log* in the cache
+(``ANSWERS["STREAM_CACHE"]``, kept ``STREAM_LOG_TTL`` seconds) and, once a follower
+elsewhere listens, sent to the answer's group on the channel layer: both in batches of
+the events ready at once, a batch's log write and send together, the next batch after
+both. So a follower that subscribes and *then* reads the log misses nothing (what its
+replay lacks comes on the layer, or is in the log when a message shows a gap):
 
     follow(after=n): join the group → replay the log after n → relay live events,
                      skipping any already replayed, filling gaps from the log.

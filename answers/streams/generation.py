@@ -20,11 +20,11 @@ from ..conf import answers_settings
 from ..events import ErrorEvent, Event, StreamEvent
 from ..models import Answer
 from .log import (
-    answer_group,
     control_group,
     end_receive,
     layer,
     layer_is_shared,
+    layer_publish,
     log_is_local,
     log_write,
     stream_is_followed,
@@ -52,6 +52,9 @@ FOLLOWED_CHECK_SECONDS = 0.5
 # one (so a follower's gap check and a late replay find what they need).
 LOG_BATCH_EVENTS = 32
 LOG_BATCH_SECONDS = 0.2
+# At most this many events wait for the flusher (Redis slower than the generation): then
+# the generation waits for them to go out.
+MAX_UNSENT_EVENTS = 256
 
 # Generations running in this process, by answer id (a strong reference keeps each task
 # alive after the socket that asked has gone).
@@ -100,6 +103,19 @@ def answer_streams_check_accepting() -> None:
 
 
 class Publisher:
+    """Numbers an answer's events and publishes them: to the followers in this process at
+    once, and to the log and the layer in batches, so that one round trip carries every
+    event that became ready while the last one was under way.
+
+    With a log in local memory and no layer another process reaches, each event is
+    logged inline (microseconds). Otherwise a flusher task sends what has queued up: the
+    log write and the group send of one batch are issued together, and the next batch
+    waits for both, so a follower elsewhere that misses a message finds its events in the
+    log before the next message is sent (all its gap check needs). A fast generation
+    fills batches while a slow one sends each event alone, as soon as it comes: batching
+    costs no latency. The last event reaches the followers here only once it is logged
+    (a client that reconnects after it finds the whole log)."""
+
     def __init__(self, stream: str, local: LocalStream) -> None:
         self.stream = stream
         self.local = local
@@ -113,26 +129,34 @@ class Publisher:
         # to the layer), and when that was last asked.
         self.followed_elsewhere = False
         self.asked_at = -math.inf
-        # Events not yet in the log, and when the oldest of them was published.
+        self.inline = log_is_local() and not self.shared
+        # Events published but not yet flushed (event, its dict), and events flushed but
+        # not yet in the log; when the oldest event not in the log was published.
+        self.unsent: list[tuple[StreamEvent, dict[str, Any]]] = []
         self.unlogged: list[dict[str, Any]] = []
         self.unlogged_since = 0.0
         self.log_in_memory = log_is_local()
+        self.wake = asyncio.Event()
+        self.idle = asyncio.Event()
+        self.idle.set()
+        self.flusher: asyncio.Task[None] | None = None
+        self.failure: Exception | None = None
 
-    async def _publish_to_layer(self, numbered: StreamEvent) -> bool:
-        """Whether this event goes to the layer: once a follower elsewhere has said so
+    async def _publish_to_layer(self, *, terminal: bool) -> bool:
+        """Whether this batch goes to the layer: once a follower elsewhere has said so
         (asked at most every FOLLOWED_CHECK_SECONDS, and always for the last event)."""
         if not self.shared:
             return False
         now = time.monotonic()
         if not self.followed_elsewhere and (
-            numbered.terminal or now - self.asked_at >= FOLLOWED_CHECK_SECONDS
+            terminal or now - self.asked_at >= FOLLOWED_CHECK_SECONDS
         ):
             self.asked_at = now
             self.followed_elsewhere = await stream_is_followed(self.stream)
         return self.followed_elsewhere
 
-    def _log_due(self, numbered: StreamEvent, *, to_layer: bool) -> bool:
-        if self.log_in_memory or to_layer or numbered.terminal:
+    def _log_due(self, *, terminal: bool, to_layer: bool) -> bool:
+        if self.log_in_memory or to_layer or terminal:
             return True
         return (
             len(self.unlogged) >= LOG_BATCH_EVENTS
@@ -140,29 +164,78 @@ class Publisher:
         )
 
     async def publish(self, event: Event) -> None:
+        if self.failure is not None:
+            raise self.failure
         self.seq += 1
         numbered = StreamEvent(seq=self.seq, event=event)
-        # Written as a dict where it leaves the process: the log and the layer outlive
-        # this code version (a rolling deploy) and Redis carries msgpack.
+        # Written as a dict where it leaves the process, once for the log and the layer:
+        # both outlive this code version (a rolling deploy) and Redis carries msgpack.
         entry = numbered.to_dict()
-        if not self.unlogged:
+        self.finished = numbered.terminal
+        if self.inline:
+            await log_write(self.stream, [entry])
+            self.local.add(numbered)
+            return
+        if not self.unsent and not self.unlogged:
             self.unlogged_since = time.monotonic()
-        self.unlogged.append(entry)
-        to_layer = await self._publish_to_layer(numbered)
+        self.unsent.append((numbered, entry))
+        if not numbered.terminal:
+            self.local.add(numbered)
+        self.idle.clear()
+        self.wake.set()
+        if self.flusher is None:
+            self.flusher = asyncio.create_task(self._flush_all(), name=f"flush-{self.stream}")
+        if numbered.terminal or len(self.unsent) >= MAX_UNSENT_EVENTS:
+            # The last event is out before the generation ends; a generation far ahead of
+            # Redis waits for it (what is queued here stays bounded).
+            await self.flushed()
+
+    async def flushed(self) -> None:
+        """Wait until every event published so far is flushed; raise what flushing raised."""
+        await self.idle.wait()
+        if self.failure is not None:
+            raise self.failure
+
+    async def close(self) -> None:
+        """Flush what is left (briefly: the generation is over) and stop the flusher."""
+        if self.flusher is None:
+            return
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self.idle.wait(), timeout=5.0)
+        self.flusher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self.flusher
+
+    async def _flush_all(self) -> None:
+        try:
+            while True:
+                await self.wake.wait()
+                self.wake.clear()
+                while self.unsent:
+                    batch, self.unsent = self.unsent, []
+                    await self._flush(batch)
+                self.idle.set()
+        except Exception as exc:
+            # Raised to the publisher by its next publish (or its wait for the last event).
+            self.failure = exc
+            self.idle.set()
+
+    async def _flush(self, batch: list[tuple[StreamEvent, dict[str, Any]]]) -> None:
+        last = batch[-1][0]
+        self.unlogged.extend(entry for _, entry in batch)
+        to_layer = await self._publish_to_layer(terminal=last.terminal)
         writes = []
-        if self._log_due(numbered, to_layer=to_layer):
-            writes.append(log_write(self.stream, self.unlogged))
-            self.unlogged = []
-        if to_layer:
-            # The log write and the send in parallel (two round trips at once): a follower
-            # that misses this event on the layer finds it in the log before the next one
-            # is sent, which is all its gap check needs.
-            message = {"type": "answer.event", "event": entry}
-            writes.append(layer().group_send(answer_group(self.stream), message))
+        if self._log_due(terminal=last.terminal, to_layer=to_layer):
+            logged, self.unlogged = self.unlogged, []
+            writes.append(log_write(self.stream, logged))
+            if to_layer:
+                # Everything this write logs, so a follower that has just come reads
+                # nothing back from the log.
+                writes.append(layer_publish(self.stream, logged))
         if writes:
             await asyncio.gather(*writes)
-        self.local.add(numbered)
-        self.finished = numbered.terminal
+        if last.terminal:
+            self.local.add(last)
 
 
 async def answer_stream_start(*, run: pipeline.AnswerRun) -> None:
@@ -230,6 +303,7 @@ async def _generate(run: pipeline.AnswerRun, control: str | None, local: LocalSt
     finally:
         if not produce.done():  # this task itself was cancelled (shutdown)
             produce.cancel()
+        await publisher.close()
         stop_here.cancel()
         if control is not None:
             await end_receive(channel_layer, control, stop_there)

@@ -138,6 +138,34 @@ async def stream_is_followed(stream: str) -> bool:
     return await _is_followed_elsewhere(stream)
 
 
+# An answer's events go to its group in messages of one or more consecutive events: the
+# last one under "event", any before it, in order, under "earlier" (absent for one). A
+# reader of the one-event shape (an older process during a rolling deploy) still gets
+# every event: it sees a gap and reads the earlier ones from the log, written first.
+EVENTS_MESSAGE = "answer.event"
+
+
+def layer_message(entries: list[dict[str, Any]]) -> dict[str, Any]:
+    """The layer message carrying ``entries`` (consecutive events, in order)."""
+    message: dict[str, Any] = {"type": EVENTS_MESSAGE, "event": entries[-1]}
+    if len(entries) > 1:
+        message["earlier"] = entries[:-1]
+    return message
+
+
+def layer_events(message: dict[str, Any]) -> list[StreamEvent]:
+    """The events a layer message carries, in order (none for any other message)."""
+    if message.get("type") != EVENTS_MESSAGE:
+        return []
+    entries = [*message.get("earlier", ()), message["event"]]
+    return [StreamEvent.from_dict(entry) for entry in entries]
+
+
+async def layer_publish(stream: str, entries: list[dict[str, Any]]) -> None:
+    """Send ``entries`` to ``stream``'s followers elsewhere, in one group send."""
+    await layer().group_send(answer_group(stream), layer_message(entries))
+
+
 WAKE = {"type": "answer.wake"}
 
 

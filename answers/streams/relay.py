@@ -19,7 +19,15 @@ from ..conf import answers_settings
 from ..events import DoneEvent, ErrorEvent, Event, StreamEvent
 from ..models import Answer
 from .generation import LocalStream, local_streams
-from .log import answer_group, end_receive, layer, log_read, stream_mark_followed, stream_name
+from .log import (
+    answer_group,
+    end_receive,
+    layer,
+    layer_events,
+    log_read,
+    stream_mark_followed,
+    stream_name,
+)
 from .refusals import ABANDONED_MESSAGE, answer_for_follower
 
 
@@ -183,27 +191,26 @@ async def _relay(
                     return
                 continue
             message, pending = pending.result(), None
-            if message.get("type") != "answer.event":
-                continue
-            event = StreamEvent.from_dict(message["event"])
-            assert event.seq is not None
-            if event.seq <= last:
-                continue
-            if event.seq > last + 1:
-                # The layer dropped something (over capacity): the log has it.
-                missed = await log_read(stream, last, event.seq - 1) or []
-                if len(missed) != event.seq - 1 - last:
-                    settled = await _settled(answer_id, user)
-                    if settled is not None:
-                        yield settled
-                        return
-                for earlier in missed:
-                    yield earlier
-                    last = earlier.seq or last
-            yield event
-            last = event.seq
-            if event.terminal:
-                return
+            # One message may carry several consecutive events (none for a wake-up).
+            for event in layer_events(message):
+                assert event.seq is not None
+                if event.seq <= last:
+                    continue
+                if event.seq > last + 1:
+                    # The layer dropped something (over capacity): the log has it.
+                    missed = await log_read(stream, last, event.seq - 1) or []
+                    if len(missed) != event.seq - 1 - last:
+                        settled = await _settled(answer_id, user)
+                        if settled is not None:
+                            yield settled
+                            return
+                    for earlier in missed:
+                        yield earlier
+                        last = earlier.seq or last
+                yield event
+                last = event.seq
+                if event.terminal:
+                    return
     finally:
         await end_receive(channel_layer, channel, pending)
         with contextlib.suppress(Exception):
