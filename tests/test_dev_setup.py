@@ -18,18 +18,24 @@ from tests.live import REPO_ROOT
 PRINT_DEBUG = "from django.conf import settings; print('DEBUG', settings.DEBUG)"
 
 
-def _settings(tmp_path: Path, env_file: str | None, module: str = "config.settings", **env: str):  # type: ignore[no-untyped-def]
+def _settings(  # type: ignore[no-untyped-def]
+    tmp_path: Path,
+    env_file: str | None,
+    module: str = "config.settings",
+    code: str = PRINT_DEBUG,
+    **env: str,
+):
     clean = {
         k: v
         for k, v in os.environ.items()
-        if not k.startswith(("DJANGO_", "ANSWERS_")) and k not in ("DATABASE_URL", "REDIS_URL")
+        if not k.startswith(("DJANGO_", "ANSWERS_", "DATABASE_")) and k != "REDIS_URL"
     }
     clean["DJANGO_SETTINGS_MODULE"] = module
     if env_file is not None:
         clean["DJANGO_ENV_FILE"] = env_file
     clean["DATABASE_URL"] = f"sqlite:///{tmp_path / 'unused.sqlite3'}"
     return subprocess.run(
-        [sys.executable, "-c", f"import django; django.setup(); {PRINT_DEBUG}"],
+        [sys.executable, "-c", f"import django; django.setup(); {code}"],
         cwd=REPO_ROOT,
         env={**clean, **env},
         capture_output=True,
@@ -127,22 +133,8 @@ POOL = (
 
 def _postgres_settings(tmp_path: Path, **env: str):  # type: ignore[no-untyped-def]
     """config.settings read for a PostgreSQL URL (nothing connects)."""
-    clean = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("DJANGO_", "ANSWERS_", "DATABASE_"))
-    }
-    clean.update(DJANGO_SETTINGS_MODULE="config.settings", DJANGO_ENV_FILE="", DJANGO_DEBUG="1")
-    clean["DATABASE_URL"] = "postgres://someone@db.invalid:5432/answers"
-    return subprocess.run(
-        [sys.executable, "-c", f"import django; django.setup(); {POOL}"],
-        cwd=REPO_ROOT,
-        env={**clean, **env},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    postgres = "postgres://someone@db.invalid:5432/answers"
+    return _settings(tmp_path, "", code=POOL, DJANGO_DEBUG="1", DATABASE_URL=postgres, **env)
 
 
 def test_postgresql_connections_are_pooled_by_default(tmp_path: Path) -> None:

@@ -99,6 +99,17 @@ def _token(user) -> str:  # type: ignore[no-untyped-def]
     return bearer_headers(user, name="parallel")["Authorization"]
 
 
+def _ask_json(server, token: str, i: int) -> tuple[int, str]:  # type: ignore[no-untyped-def]
+    """A JSON ask to a live server: its status and body."""
+    import httpx
+
+    response = httpx.post(
+        f"{server.url}/api/answers", json={"question": f"lambda {i}"},
+        headers={"Authorization": token}, timeout=90,
+    )  # fmt: skip
+    return response.status_code, response.text
+
+
 def _in_parallel(count: int, ask) -> list:  # type: ignore[no-untyped-def]
     """``ask(i)`` in ``count`` threads released at the same moment; their results."""
     from concurrent.futures import ThreadPoolExecutor
@@ -151,18 +162,9 @@ def test_parallel_sse_asks_get_at_most_the_concurrent_streams(slow_live_server, 
 
 @pytest.mark.django_db(transaction=True)
 def test_parallel_json_asks_get_at_most_the_questions_per_minute(minute_capped_server, asker):
-    import httpx
 
-    headers = {"Authorization": _token(asker)}
-
-    def ask_json(i: int) -> tuple[int, str]:
-        response = httpx.post(
-            f"{minute_capped_server.url}/api/answers", json={"question": f"lambda {i}"},
-            headers=headers, timeout=60,
-        )  # fmt: skip
-        return response.status_code, response.text
-
-    results = _in_parallel(PARALLEL_JSON, ask_json)
+    token = _token(asker)
+    results = _in_parallel(PARALLEL_JSON, lambda i: _ask_json(minute_capped_server, token, i))
     answered = [r for r in results if r[0] == 200]
     refused = [r for r in results if r[0] != 200]
     print(f"{PARALLEL_JSON} parallel JSON asks: {len(answered)} answered (limit {MINUTE_LIMIT})")
@@ -261,7 +263,6 @@ def test_parallel_asks_never_wait_forever_on_a_small_database_pool(django_db_set
     before it waits on a retrieval thread (which needs one from the same pool), so none
     of them ends with the pool's timeout (before, with 2 connections and 8 asks, every
     connection was held by an ask waiting for a retrieval that could not get one)."""
-    import httpx
     from django.db import connections
 
     from tests.live import run_live_server
@@ -274,15 +275,7 @@ def test_parallel_asks_never_wait_forever_on_a_small_database_pool(django_db_set
         "ANSWERS_QUESTIONS_PER_MINUTE": "1000",
         "ANSWERS_MAX_CONCURRENT_STREAMS": "1000",
     }
-    headers = {"Authorization": _token(asker)}
+    token = _token(asker)
     with run_live_server(connections["default"].settings_dict, env=env) as server:
-
-        def ask_json(i: int) -> tuple[int, str]:
-            response = httpx.post(
-                f"{server.url}/api/answers", json={"question": f"lambda {i}"},
-                headers=headers, timeout=90,
-            )  # fmt: skip
-            return response.status_code, response.text
-
-        results = _in_parallel(8, ask_json)
+        results = _in_parallel(8, lambda i: _ask_json(server, token, i))
     assert [status for status, _ in results] == [200] * 8, results
