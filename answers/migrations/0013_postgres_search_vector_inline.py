@@ -18,14 +18,22 @@ from __future__ import annotations
 from django.db import migrations
 
 FORWARD = [
+    # ALTER TABLE refuses a table with deferred foreign-key checks pending (chunks written
+    # earlier in the same transaction, as in a test): run them now.
+    "SET CONSTRAINTS ALL IMMEDIATE",
     "ALTER TABLE answers_chunk ALTER COLUMN search_vector SET STORAGE MAIN",
     "ALTER TABLE answers_chunk DISABLE TRIGGER answers_search_stats_update",
     # A new value (concatenated with an empty vector), so the row stores it afresh.
     "UPDATE answers_chunk SET search_vector = search_vector || ''::tsvector",
     "ALTER TABLE answers_chunk ENABLE TRIGGER answers_search_stats_update",
+    "SET CONSTRAINTS ALL DEFERRED",
 ]
 # The vectors already in rows stay there (a later write re-stores them as EXTENDED).
-BACKWARD = ["ALTER TABLE answers_chunk ALTER COLUMN search_vector SET STORAGE EXTENDED"]
+BACKWARD = [
+    "SET CONSTRAINTS ALL IMMEDIATE",
+    "ALTER TABLE answers_chunk ALTER COLUMN search_vector SET STORAGE EXTENDED",
+    "SET CONSTRAINTS ALL DEFERRED",
+]
 
 
 def _run(statements: list[str]):  # type: ignore[no-untyped-def]
