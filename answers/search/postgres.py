@@ -20,8 +20,10 @@ at the highest idf, n = 0) and clamped to 1.0: the share of the question's evide
 chunk carries, on the same 0..1 scale as FTS5, so one ``SCORE_THRESHOLD`` means the same on
 both. As in FTS5's plan, terms in half the chunks or more (idf clamped to ~0) are left out
 of the match and of the sum but still count in the bound. ``ts_rank`` is not used: it has
-no idf, so it cannot rank or pre-filter by BM25. The one shortcut is exact: chunks holding
-only common terms are left unscored when they provably cannot reach the result (``_top``).
+no idf, so it cannot rank or pre-filter by BM25 (``ts_rank_cd`` only counts a lexeme's
+weighted positions, ``_bm25_sql``). The shortcuts are exact: chunks holding only common
+terms are left unscored when they provably cannot reach the result (``_top``), and so are
+chunks whose ceiling (the question's lexemes they hold) is under a known floor (``_score``).
 
 Differences from FTS5: snowball (Porter2) instead of the original Porter stemmer, so a few
 words stem differently; no diacritics folding ("café" does not match "cafe"); at most 256
