@@ -10,7 +10,10 @@ out of line only as a last resort), so the search reads it in place.
 
 The setting applies to rows written afterwards; the existing vectors are rewritten once
 (the same value, re-stored), with the statistics ledger's update trigger off: no chunk's
-lexemes change, so it would add nothing but the work of two transition tables.
+lexemes change, so it would add nothing but the work of two transition tables. It
+rewrites every chunk row once (about 30 s per 100k chunks on a 2-core machine) and leaves
+the old versions as dead rows for VACUUM (autovacuum, or ``VACUUM answers_chunk`` where it
+is off).
 """
 
 from __future__ import annotations
