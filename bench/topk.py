@@ -15,11 +15,17 @@ on the same documents in the same order. Per size and backend, in the same run:
 - the bounded search (``backend.search``, what every ask runs) against the exhaustive
   one (``backend.search_exhaustive``: every match scored) and, on PostgreSQL, against the
   search before ADR 0027 (``_search_before``: each term's chunk count and N counted per
-  query), question by question, taking turns;
+  query) and the bounded search as ADR 0027 first shipped it (``_UnnestScoring``: each
+  chunk's vector cut to the question's lexemes and unnested, no per-chunk ceilings),
+  question by question, taking turns;
+- on PostgreSQL, the same load and the same two bounded searches on the schema before
+  migration 0013 (vectors stored EXTENDED: about half of them in the TOAST table), so
+  the search as it was (code and schema) is measured in the same run;
 - the top-40 overlap of bounded and exhaustive (must be 1.0: the top-k is exact);
 - on SQLite, rank_bm25 over the same chunks (not at 1M: its index would not fit);
 - the time to load the corpus, and on PostgreSQL the same load on the schema before
-  migration 0011 (no statistics triggers), the ingest throughput baseline.
+  migration 0011 (no statistics triggers), the ingest throughput baseline, and before
+  migration 0013 (above).
 """
 
 from __future__ import annotations
@@ -90,6 +96,51 @@ def _search_before(backend: Any, query: str, limit: int) -> Any:
     return backend._top(chunks, useful, idfs, doc_counts, avgdl, limit)
 
 
+# The per-chunk BM25 SQL ADR 0027 first shipped (answers/search/postgres.py until
+# migration 0013): the vector cut down to the question's lexemes, unnested and joined.
+_UNNEST_BM25_SQL = """
+SELECT coalesce(sum(q.idf * (
+    (f.freq * (%s::float8 + 1))
+    / (f.freq + %s::float8 * (1 - %s::float8
+       + %s::float8 * "answers_chunk"."search_length" / %s::float8))
+)), 0)
+FROM unnest(ts_filter(setweight("answers_chunk"."search_vector", 'D', %s::text[]), '{d}'))
+     AS v(lexeme, positions, weights)
+JOIN unnest(%s::text[], %s::float8[]) AS q(lexeme, idf) ON q.lexeme = v.lexeme
+LEFT JOIN unnest(ts_filter("answers_chunk"."search_vector", '{a}'))
+     AS t(lexeme, positions, weights) ON t.lexeme = v.lexeme
+CROSS JOIN LATERAL (
+    SELECT cardinality(v.positions)
+           + (%s::float8 - 1) * coalesce(cardinality(t.positions), 0) AS freq
+) AS f
+"""
+
+
+def _unnest_backend() -> Any:
+    """The PostgreSQL backend with ADR 0027's first scoring: the same passes, every
+    candidate of a pass scored with ``_UNNEST_BM25_SQL`` (no per-chunk ceilings)."""
+    from django.db.models import FloatField
+    from django.db.models.expressions import RawSQL
+
+    from answers.search import bm25
+    from answers.search.postgres import PostgreSQLBackend, _matching
+
+    class UnnestScoring(PostgreSQLBackend):
+        def _score(self, chunks, useful, idfs, avgdl, matching, limit, floor=None):  # type: ignore[no-untyped-def]
+            k1, b = bm25.K1, bm25.B
+            params = [k1, k1, b, b, avgdl, useful, useful, [idfs[x] for x in useful],
+                      bm25.TITLE_WEIGHT]  # fmt: skip
+            score = RawSQL(_UNNEST_BM25_SQL, params, FloatField())
+            return list(
+                chunks.filter(_matching(matching))
+                .annotate(bm25=score)
+                .order_by("-bm25", "pk")
+                .values_list("pk", "bm25")[:limit]
+            )
+
+    return UnnestScoring()
+
+
 def _bm25_index() -> Any:
     from answers.models import Chunk
 
@@ -99,8 +150,9 @@ def _bm25_index() -> Any:
     return Bm25Index(rows.iterator(chunk_size=5000))
 
 
-def measure(sizes: dict[str, int], reps: int, schema: str) -> dict[str, Any]:
-    """The child: load the corpus on ``DATABASE_URL`` and time its backend."""
+def measure(sizes: dict[str, int], reps: int, schema: str, timed: bool = True) -> dict[str, Any]:
+    """The child: load the corpus on ``DATABASE_URL`` (on the schema of migration
+    ``schema``, the latest when empty) and, if ``timed``, time its backend."""
     from django.core.management import call_command
     from django.db import connection
 
@@ -134,13 +186,17 @@ def measure(sizes: dict[str, int], reps: int, schema: str) -> dict[str, Any]:
         copies = max(copy for _, copy in grown.inserted)
         figures: dict[str, Any] = {"chunks": grown.chunks, "ingest_s": ingest, "copies": copies}
         out["sizes"][label] = figures
-        if schema:  # the ingest baseline only
+        if not timed:  # the ingest baseline only
             continue
         figures["maintain_s"] = _maintain()
-        fns = {
-            "bounded": lambda q: backend.search(q, limit=LIMIT),
-            "exhaustive": lambda q: backend.search_exhaustive(q, limit=LIMIT),
-        }
+        fns = {"bounded": lambda q: backend.search(q, limit=LIMIT)}
+        if connection.vendor == "postgresql":
+            unnest = _unnest_backend()
+            fns["unnest"] = lambda q, unnest=unnest: unnest.search(q, limit=LIMIT)
+        if schema:  # an older schema: the two bounded searches only
+            figures["latencies"] = _latencies(fns, reps, questions)
+            continue
+        fns["exhaustive"] = lambda q: backend.search_exhaustive(q, limit=LIMIT)
         if connection.vendor == "postgresql":
             fns["before"] = lambda q: _search_before(backend, q, LIMIT)
         figures["latencies"] = _latencies(fns, reps, questions)
@@ -163,13 +219,18 @@ def measure(sizes: dict[str, int], reps: int, schema: str) -> dict[str, Any]:
     return out
 
 
-def _child(database_url: str, sizes: dict[str, int], reps: int, schema: str = "") -> dict[str, Any]:
-    spec = json.dumps({"sizes": sizes, "reps": reps, "schema": schema})
+def _child(
+    database_url: str, sizes: dict[str, int], reps: int, schema: str = "", timed: bool = True
+) -> dict[str, Any]:
+    spec = json.dumps({"sizes": sizes, "reps": reps, "schema": schema, "timed": timed})
     return services.child_json("bench.topk", database_url, spec, timeout=TIMEOUT)
 
 
 def _rows(
-    fts: dict[str, Any], pg: dict[str, Any] | None, pg_before: dict[str, Any] | None
+    fts: dict[str, Any],
+    pg: dict[str, Any] | None,
+    pg_before: dict[str, Any] | None,
+    pg_0012: dict[str, Any] | None = None,
 ) -> list[Row]:
     rows: list[Row] = []
     for label, mine in fts["sizes"].items():
@@ -211,11 +272,30 @@ def _rows(
                 median(plat["before"]), "s", "PostgreSQL before ADR 0027", None, note=pg_note),
             Row(SECTION, f"PostgreSQL bounded p95 {size}", p95(plat["bounded"]),
                 p95(plat["before"]), "s", "PostgreSQL before ADR 0027", None),
+            Row(SECTION, f"PostgreSQL bounded vs unnest scoring median {size}",
+                median(plat["bounded"]), median(plat["unnest"]), "s",
+                "ADR 0027's first scoring, same schema", None),
             Row(SECTION, f"PostgreSQL vs FTS5 bounded median {size}", median(plat["bounded"]),
                 median(lat["bounded"]), "s", "FTS5 bounded", ("<=", 2.0)),
             Row(SECTION, f"PostgreSQL vs FTS5 bounded p95 {size}", p95(plat["bounded"]),
                 p95(lat["bounded"]), "s", "FTS5 bounded", None),
         ]  # fmt: skip
+        if pg_0012 is not None and label in pg_0012["sizes"]:
+            old = pg_0012["sizes"][label]
+            olat = old["latencies"]
+            rows += [
+                Row(SECTION, f"PostgreSQL bounded vs main (schema 0012, unnest) median {size}",
+                    median(plat["bounded"]), median(olat["unnest"]), "s",
+                    "the search before migration 0013", None,
+                    note=f"on schema 0012 this code: {median(olat['bounded']) * 1000:.1f} ms"),
+                Row(SECTION, f"PostgreSQL bounded vs main (schema 0012, unnest) p95 {size}",
+                    p95(plat["bounded"]), p95(olat["unnest"]), "s",
+                    "the search before migration 0013", None),
+                Row(SECTION, f"PostgreSQL ingest throughput vs schema 0012 {size}",
+                    theirs["chunks"] / theirs["ingest_s"], old["chunks"] / old["ingest_s"],
+                    "chunks/s", "schema before migration 0013", (">=", 1.0),
+                    note=f"load {theirs['ingest_s']:.0f} s vs {old['ingest_s']:.0f} s"),
+            ]  # fmt: skip
         if pg_before is not None and label in pg_before["sizes"]:
             before = pg_before["sizes"][label]
             rows.append(
@@ -231,15 +311,17 @@ def _rows(
 def run(folder: Any, *, full: bool) -> list[Row]:
     sizes = {"100k": 100_000} | ({"1M": 1_000_000} if full else {})
     fts = _child(f"sqlite:///{folder / 'topk.sqlite3'}", sizes, 3)
-    pg = pg_before = None
+    pg = pg_before = pg_0012 = None
     try:
         with _database() as url:  # Unavailable without psycopg or a server
             pg = _child(url, sizes, 3)
         with _database() as url:
-            pg_before = _child(url, {"100k": 100_000}, 1, schema="0010")
+            pg_0012 = _child(url, {"100k": 100_000}, 3, schema="0012")
+        with _database() as url:
+            pg_before = _child(url, {"100k": 100_000}, 1, schema="0010", timed=False)
     except services.Unavailable as exc:
         print(f"[bench] bounded top-k on PostgreSQL skipped: {exc}", file=sys.stderr)
-    return _rows(fts, pg, pg_before)
+    return _rows(fts, pg, pg_before, pg_0012)
 
 
 def main() -> None:
@@ -248,7 +330,7 @@ def main() -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.settings")
     django.setup()
     spec = json.loads(sys.argv[1])
-    print(json.dumps(measure(spec["sizes"], spec["reps"], spec["schema"])))
+    print(json.dumps(measure(spec["sizes"], spec["reps"], spec["schema"], spec["timed"])))
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ from django.db.migrations.executor import MigrationExecutor
 from answers.conf import answers_settings
 from answers.models import Chunk, Document
 from answers.registry import get_search_backend
-from answers.search import bm25
+from answers.search import bm25, postgres
 from answers.search.base import query_terms
 from answers.search.postgres import PostgreSQLBackend
 from answers.search.sqlite_fts5 import FTS_TABLE, SQLiteFTS5Backend
@@ -182,14 +182,48 @@ class _Unpruned(PostgreSQLBackend):
     """Scores every matching chunk: what the pruned search must return, exactly."""
 
     def _top(self, chunks, useful, idfs, doc_counts, avgdl, limit):  # type: ignore[no-untyped-def]
-        return self._score(chunks, useful, idfs, avgdl, useful, limit)
+        return self._score_every(chunks, useful, idfs, avgdl, useful, limit)
 
 
+@pytest.mark.parametrize("ceilings_from", [1, postgres.CEILINGS_FROM])
+@pytest.mark.parametrize("seed", [1, postgres.SEED_PER_RESULT])
 @pytest.mark.parametrize("limit", [1, 5, 40])
-def test_pruning_returns_exactly_what_scoring_every_match_returns(limit):
+def test_pruning_returns_exactly_what_scoring_every_match_returns(
+    monkeypatch, ceilings_from, seed, limit
+):
+    # Per-chunk ceilings forced on for every question (and a seed of one chunk per result,
+    # so the floor is often low and the ceilings decide): the same hits, scores and order.
+    monkeypatch.setattr(postgres, "CEILINGS_FROM", ceilings_from)
+    monkeypatch.setattr(postgres, "SEED_PER_RESULT", seed)
     pruned, unpruned = PostgreSQLBackend(), _Unpruned()
     for question in [*(q for q, _ in ON_TOPIC), *OFF_TOPIC, *FORMULA_QUESTIONS]:
         assert pruned.search(question, limit=limit) == unpruned.search(question, limit=limit)
+
+
+def test_the_frequency_from_ts_rank_cd_is_the_positions_count():
+    # f = title weight * title positions + text positions, for every (chunk, lexeme) of
+    # the corpus: what _bm25_sql reads with ts_rank_cd, counted from the unnested vector.
+    mismatched = _one(
+        """
+        SELECT count(*) FROM answers_chunk AS c
+        CROSS JOIN LATERAL unnest(c.search_vector) AS v(lexeme, positions, weights)
+        WHERE %s * ts_rank_cd(
+                  %s::float4[], c.search_vector, to_tsquery('simple', %s || v.lexeme || %s)
+              ) <> cardinality(v.positions)
+                 + (%s - 1) * cardinality(array_positions(v.weights, 'A'))
+        """,
+        [bm25.TITLE_WEIGHT, postgres._RANK_WEIGHTS, "'", "'", bm25.TITLE_WEIGHT],
+    )
+    assert mismatched == 0
+
+
+def test_search_vectors_are_kept_in_the_row():
+    # Migration 0013: STORAGE MAIN, so scoring never fetches a vector from TOAST.
+    storage = _one(
+        "SELECT attstorage FROM pg_attribute "
+        "WHERE attrelid = 'answers_chunk'::regclass AND attname = 'search_vector'"
+    )
+    assert storage == "m"
 
 
 def test_pruning_skips_chunks_that_hold_only_common_terms():
@@ -199,9 +233,9 @@ def test_pruning_skips_chunks_that_hold_only_common_terms():
     scored: list[list[str]] = []
     original = backend._score
 
-    def spy(chunks, useful, idfs, avgdl, matching, limit):  # type: ignore[no-untyped-def]
+    def spy(chunks, useful, idfs, avgdl, matching, limit, **kwargs):  # type: ignore[no-untyped-def]
         scored.append(sorted(matching))
-        return original(chunks, useful, idfs, avgdl, matching, limit)
+        return original(chunks, useful, idfs, avgdl, matching, limit, **kwargs)
 
     backend._score = spy  # type: ignore[method-assign]
     assert backend.search("lambda expression", limit=5)

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from answers.models import Chunk, Document
 from answers.registry import get_search_backend
-from answers.search import sqlite_fts5
+from answers.search import postgres, sqlite_fts5
 from tests.corpus import ingest_text
 
 pytestmark = pytest.mark.django_db
@@ -46,6 +46,8 @@ class _Rollback(Exception):
 def every_candidate_pass(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     # The share only decides when a pass is worth trying; at 1.0 every pass is tried.
     monkeypatch.setattr(sqlite_fts5, "CANDIDATE_SHARE", 1.0)
+    # PostgreSQL: per-chunk ceilings in every pass, whatever the number of lexemes.
+    monkeypatch.setattr(postgres, "CEILINGS_FROM", 1)
     yield
 
 

@@ -20,8 +20,10 @@ at the highest idf, n = 0) and clamped to 1.0: the share of the question's evide
 chunk carries, on the same 0..1 scale as FTS5, so one ``SCORE_THRESHOLD`` means the same on
 both. As in FTS5's plan, terms in half the chunks or more (idf clamped to ~0) are left out
 of the match and of the sum but still count in the bound. ``ts_rank`` is not used: it has
-no idf, so it cannot rank or pre-filter by BM25. The one shortcut is exact: chunks holding
-only common terms are left unscored when they provably cannot reach the result (``_top``).
+no idf, so it cannot rank or pre-filter by BM25 (``ts_rank_cd`` only counts a lexeme's
+weighted positions, ``_bm25_sql``). The shortcuts are exact: chunks holding only common
+terms are left unscored when they provably cannot reach the result (``_top``), and so are
+chunks whose ceiling (the question's lexemes they hold) is under a known floor (``_score``).
 
 Differences from FTS5: snowball (Porter2) instead of the original Porter stemmer, so a few
 words stem differently; no diacritics folding ("café" does not match "cafe"); at most 256
@@ -48,30 +50,45 @@ from .base import SearchHit, TermCache, query_terms
 
 CONFIG = "answers_english"  # created by migration 0004
 
-# The raw BM25 of the chunk in the outer query for the (lexeme, idf) pairs passed in, in
-# the order FTS5's bm25() computes it. The chunk's vector is cut down to the query's
-# lexemes in C (``setweight`` marks their positions D, the only weight the index never
-# uses, and ``ts_filter`` keeps the D positions: ADR 0027, about twice as fast as deleting
-# every other lexeme), so unnest() yields a row per query lexeme it holds with all its
-# positions; its title (A) positions come from the title part (``ts_filter`` on A). A
-# position counts 1, a title one the title weight. Parameters: k1, k1, b, b, avgdl,
-# lexemes, lexemes, idfs, title weight.
-_BM25_SQL = """
-SELECT coalesce(sum(q.idf * (
-    (f.freq * (%s::float8 + 1))
-    / (f.freq + %s::float8 * (1 - %s::float8
-       + %s::float8 * "answers_chunk"."search_length" / %s::float8))
-)), 0)
-FROM unnest(ts_filter(setweight("answers_chunk"."search_vector", 'D', %s::text[]), '{d}'))
-     AS v(lexeme, positions, weights)
-JOIN unnest(%s::text[], %s::float8[]) AS q(lexeme, idf) ON q.lexeme = v.lexeme
-LEFT JOIN unnest(ts_filter("answers_chunk"."search_vector", '{a}'))
-     AS t(lexeme, positions, weights) ON t.lexeme = v.lexeme
-CROSS JOIN LATERAL (
-    SELECT cardinality(v.positions)
-           + (%s::float8 - 1) * coalesce(cardinality(t.positions), 0) AS freq
-) AS f
+# The weights ts_rank_cd gives positions {D, C, B, A}: a text (B) position 1 / title
+# weight, a title (A) one 1 (it allows no weight above 1), so that the title weight times
+# ts_rank_cd of one lexeme is its BM25 frequency (below). D and C never occur.
+_RANK_WEIGHTS = [0.1, 0.1, 1 / bm25.TITLE_WEIGHT, 1.0]
+# One scoring pass in one statement (ADR 0027): ``c`` is every candidate (a chunk in scope
+# holding a ``matching`` lexeme) with its ceiling ``ub``, the sum of ``(k1+1) * idf`` over
+# the question's lexemes it holds (``@@`` on its vector: a binary search in the row, a
+# third of scoring it). The ``seed`` best ceilings are scored; the limit-th of their
+# scores, or the ``floor`` passed in if higher, is the floor, and of the other candidates
+# only those whose ceiling is above it are scored: a chunk's score is strictly below its
+# ceiling, so the rest cannot reach the result (the passes' proof, per chunk).
+# Parameters: the candidates' (SQL and parameters inlined), the score's, seed size,
+# limit - 1, floor, the score's again, limit.
+_BOUNDED_SQL = """
+WITH c (id, ub, dl) AS MATERIALIZED ({candidates}),
+seed AS MATERIALIZED (
+    SELECT s.id, ({score_s}) AS score
+    FROM (SELECT id FROM c ORDER BY ub DESC, dl, id LIMIT %s) AS top
+    JOIN "answers_chunk" AS s ON s.id = top.id
+),
+floor AS (
+    SELECT coalesce(
+        greatest((SELECT score FROM seed ORDER BY score DESC LIMIT 1 OFFSET %s), %s::float8),
+        '-Infinity'
+    ) AS value
+)
+SELECT id, score FROM seed
+UNION ALL
+SELECT s.id, ({score_s}) FROM c JOIN "answers_chunk" AS s ON s.id = c.id
+WHERE c.ub > (SELECT value FROM floor) AND c.id NOT IN (SELECT id FROM seed)
+ORDER BY 2 DESC, 1
+LIMIT %s
 """
+# How many of the best ceilings are scored first, per result row: enough that the floor
+# is usually the final one, few enough to cost little (a chunk scored costs ~5 µs).
+SEED_PER_RESULT = 4
+# Per-chunk ceilings pay only from this many distinct lexemes on: with one, every
+# candidate has the same ceiling; with two, reading it costs about what scoring saves.
+CEILINGS_FROM = 3
 # Each term's first lexeme, as the index stores it (the same cleaning and configuration).
 _LEXEMES_SQL = f"""
 SELECT t.ord, (
@@ -83,13 +100,20 @@ FROM unnest(%s::text[]) WITH ORDINALITY AS t(term, ord)
 """  # noqa: S608 (CONFIG is a constant)
 
 
+# One lexeme as ``_tsquery`` matches it (a constant, folded when the statement is planned).
+_TSQUERY_SQL = "to_tsquery('simple'::regconfig, %s)"
+
 _LEXEMES = TermCache()  # each term through to_tsvector once per process
+
+
+def _quoted(lexeme: str) -> str:
+    """``lexeme`` as one operand of a raw tsquery."""
+    return "'" + lexeme.replace("\\", "\\\\").replace("'", "''") + "'"
 
 
 def _tsquery(lexemes: Sequence[str]) -> SearchQuery:
     """Any of ``lexemes``, matched as they are: 'simple' only lower-cases, never stems."""
-    quoted = ("'" + lexeme.replace("\\", "\\\\").replace("'", "''") + "'" for lexeme in lexemes)
-    return SearchQuery(" | ".join(quoted), config="simple", search_type="raw")
+    return SearchQuery(" | ".join(_quoted(x) for x in lexemes), config="simple", search_type="raw")
 
 
 def _matching(lexemes: Sequence[str]) -> Q:
@@ -135,7 +159,7 @@ class PostgreSQLBackend:
         # plan does; when every term is that common, keep them all.
         useful = [lexeme for lexeme in lexemes if doc_counts[lexeme] < rows / 2] or lexemes
         if exhaustive:
-            scored = self._score(chunks, useful, idfs, avgdl, useful, limit)
+            scored = self._score_every(chunks, useful, idfs, avgdl, useful, limit)
         else:
             scored = self._top(chunks, useful, idfs, doc_counts, avgdl, limit)
         return [SearchHit(chunk_id=pk, score=min(1.0, raw / bound)) for pk, raw in scored]
@@ -226,7 +250,8 @@ class PostgreSQLBackend:
         while skipped and ceiling(skipped) > floor:
             skipped.pop(0)
         matching = by_rarity[: len(by_rarity) - len(skipped)]
-        return self._score(chunks, useful, idfs, avgdl, matching, limit)
+        # The first pass's chunks hold these lexemes too: its floor holds for this pass.
+        return self._score(chunks, useful, idfs, avgdl, matching, limit, floor=floor or None)
 
     def _score(
         self,
@@ -236,11 +261,65 @@ class PostgreSQLBackend:
         avgdl: float,
         matching: list[str],
         limit: int,
+        floor: float | None = None,
     ) -> list[tuple[int, float]]:
-        """The best ``limit`` chunks holding any of ``matching``, scored on all ``useful``."""
-        k1, b = bm25.K1, bm25.B
-        params = [k1, k1, b, b, avgdl, useful, useful, [idfs[x] for x in useful], bm25.TITLE_WEIGHT]
-        score = RawSQL(_BM25_SQL, params, FloatField())  # noqa: S611 (constant SQL, bound values)
+        """The best ``limit`` chunks holding any of ``matching``, scored on all ``useful``:
+        exactly ``_score_every``'s result, scoring only the chunks whose ceiling (the
+        question's lexemes they hold) can reach it, in one statement (``_BOUNDED_SQL``).
+        ``floor``: a score ``limit`` of these chunks are known to reach (an earlier pass's
+        result, on fewer lexemes), so no chunk whose ceiling is at or under it is scored."""
+        if len(set(useful)) < CEILINGS_FROM:
+            return self._score_every(chunks, useful, idfs, avgdl, matching, limit)
+        k1 = bm25.K1
+        weights: dict[str, float] = {}
+        for lexeme in useful:  # a repeated term counts once per occurrence, as in the score
+            weights[lexeme] = weights.get(lexeme, 0.0) + (k1 + 1) * idfs[lexeme]
+        held = " + ".join(
+            f'(CASE WHEN "answers_chunk"."search_vector" @@ {_TSQUERY_SQL} '
+            "THEN %s::float8 ELSE 0 END)"
+            for _ in weights
+        )
+        ceiling = RawSQL(  # noqa: S611 (constant SQL, bound values)
+            held,
+            [value for item in weights.items() for value in (_quoted(item[0]), item[1])],
+            FloatField(),
+        )
+        length = RawSQL('"answers_chunk"."search_length"', [], IntegerField())
+        candidates = (
+            chunks.filter(_matching(matching))
+            .annotate(ub=ceiling, dl=length)
+            .order_by()
+            .values_list("pk", "ub", "dl")
+        )
+        candidates_sql, candidates_params = candidates.query.sql_with_params()
+        score_sql, score_params = _bm25_sql("s", useful, idfs, avgdl)
+        sql = _BOUNDED_SQL.format(candidates=candidates_sql, score_s=score_sql)
+        params = [
+            *candidates_params,
+            *score_params,
+            SEED_PER_RESULT * limit,
+            limit - 1,
+            floor,
+            *score_params,
+            limit,
+        ]
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            return [(int(pk), float(raw)) for pk, raw in cursor.fetchall()]
+
+    def _score_every(
+        self,
+        chunks: QuerySet[Chunk],
+        useful: list[str],
+        idfs: dict[str, float],
+        avgdl: float,
+        matching: list[str],
+        limit: int,
+    ) -> list[tuple[int, float]]:
+        """``_score`` scoring every chunk that holds any of ``matching`` (the exhaustive
+        search's reference)."""
+        score_sql, params = _bm25_sql('"answers_chunk"', useful, idfs, avgdl)
+        score = RawSQL(score_sql, params, FloatField())  # noqa: S611 (constant SQL, bound values)
         return list(
             chunks.filter(_matching(matching))
             .annotate(bm25=score)
@@ -267,6 +346,42 @@ class PostgreSQLBackend:
         the query, as each is an FTS5 phrase); terms that yield none are dropped."""
         known = _LEXEMES.get_many(terms, _lexemes_of)
         return [lexeme for term in terms if (lexeme := known[term])]
+
+
+def _bm25_sql(
+    table: str, useful: list[str], idfs: dict[str, float], avgdl: float
+) -> tuple[str, list[object]]:
+    """The raw BM25 of the chunk ``table`` (a table or alias) for the ``useful`` lexemes
+    (a repeated one counts once per occurrence), in the order FTS5's bm25() computes it,
+    and its parameters.
+
+    Each distinct lexeme's frequency f = title weight * (title positions) + (text
+    positions) is the title weight times its ``ts_rank_cd`` with ``_RANK_WEIGHTS``: for a
+    one-lexeme query every position of it is a cover of its own, worth its weight, and
+    nothing else counts. One C call per lexeme on the row's vector, instead of cutting the
+    vector down to the question's lexemes and joining their unnested positions (ADR 0027:
+    about half the cost a chunk, the same frequencies). OFFSET 0 keeps each call from being
+    copied into every use of its f.
+    """
+    distinct = list(dict.fromkeys(useful))
+    column = {lexeme: i for i, lexeme in enumerate(distinct)}
+    k1, b = bm25.K1, bm25.B
+    terms = " + ".join(
+        f"%s::float8 * ((x.f{column[x]} * (%s::float8 + 1)) / (x.f{column[x]} + x.n))"
+        for x in useful
+    )
+    freqs = ", ".join(
+        f'%s::float8 * ts_rank_cd(%s::float4[], {table}."search_vector", {_TSQUERY_SQL}) '
+        f"AS f{column[x]}"
+        for x in distinct
+    )
+    norm = f'%s::float8 * (1 - %s::float8 + %s::float8 * {table}."search_length" / %s::float8)'
+    sql = f"(SELECT {terms} FROM (SELECT {freqs}, {norm} AS n OFFSET 0) AS x)"  # noqa: S608
+    params: list[object] = [value for x in useful for value in (idfs[x], k1)]
+    for x in distinct:
+        params += [bm25.TITLE_WEIGHT, _RANK_WEIGHTS, _quoted(x)]
+    params += [k1, b, b, avgdl]
+    return sql, params
 
 
 def _lexemes_of(terms: list[str]) -> dict[str, str]:
