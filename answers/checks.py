@@ -180,6 +180,7 @@ def database_pool_size() -> int | None:
     pool = connection.settings_dict.get("OPTIONS", {}).get("pool")
     if not pool:
         return None
+    # Without max_size psycopg_pool's pool holds min_size connections, 4 by default.
     return int(pool["max_size"]) if isinstance(pool, dict) and "max_size" in pool else 4
 
 
