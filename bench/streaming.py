@@ -29,6 +29,8 @@ from typing import Any
 from django.contrib.auth.models import Permission, User
 from django.test import Client
 
+from answers.conf import DEFAULTS
+
 from . import providers
 from .db import Databases
 from .questions import LATENCY_QUESTIONS
@@ -64,6 +66,9 @@ def daphne(
         DJANGO_LOG_LEVEL="WARNING",
         PYTHONPATH=str(REPO),
     )
+    # tests.settings keeps retrieval on the test's own connection (RETRIEVAL_THREADS 0);
+    # a served process has the product's default, so the bench measures that.
+    env["ANSWERS_RETRIEVAL_THREADS"] = str(DEFAULTS["RETRIEVAL_THREADS"])
     if provider:
         env["ANSWERS_PROVIDER"] = provider
     env["ANSWERS_STREAM_COALESCE_MS"] = str(coalesce_ms)
