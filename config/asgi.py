@@ -30,11 +30,14 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
 from answers.origin import SiteOriginValidator  # noqa: E402
+from answers.pool import database_pool_open_on_startup  # noqa: E402
 from answers.routing import websocket_urlpatterns  # noqa: E402
 from answers.streams import answer_streams_drain_on_shutdown  # noqa: E402
 
 # SIGTERM lets running answers finish (ANSWERS["SHUTDOWN_GRACE"]) before daphne stops.
 answer_streams_drain_on_shutdown()
+# PostgreSQL: the process's connections open now, not while its first questions wait.
+database_pool_open_on_startup()
 
 application = ProtocolTypeRouter(
     {

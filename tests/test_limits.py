@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import time
+
 import pytest
 from asgiref.sync import sync_to_async
 
@@ -7,6 +9,7 @@ from answers.citations import iter_markers
 from answers.models import Answer, Question
 from tests.corpus import RESTRICTED
 from tests.helpers import api_post, ask, assert_json_error, bearer_headers, start
+from tests.live import database_url
 
 pytestmark = pytest.mark.django_db
 
@@ -279,3 +282,32 @@ def test_parallel_asks_never_wait_forever_on_a_small_database_pool(django_db_set
     with run_live_server(connections["default"].settings_dict, env=env) as server:
         results = _in_parallel(8, lambda i: _ask_json(server, token, i))
     assert [status for status, _ in results] == [200] * 8, results
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_started_server_opens_its_whole_pool_before_the_first_question(django_db_setup):
+    """daphne opens every connection of the pool once it runs (``answers.pool``), so the
+    first burst of questions after a start does not wait for PostgreSQL backends forked one
+    after another (psycopg_pool would otherwise grow from one connection, on demand)."""
+    from django.db import connection, connections
+
+    from tests.live import run_live_server
+
+    if connections["default"].vendor != "postgresql":
+        pytest.skip("the connection pool is PostgreSQL's")
+    name = "answers-pool-test"
+
+    def opened() -> int:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", [name]
+            )
+            return int(cursor.fetchone()[0])
+
+    url = f"{database_url(connections['default'].settings_dict)}?application_name={name}"
+    env = {"DATABASE_URL": url, "DATABASE_POOL_SIZE": "3"}
+    with run_live_server(connections["default"].settings_dict, env=env):
+        deadline = time.monotonic() + 20
+        while opened() < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert opened() == 3  # no more than the pool's size either
