@@ -118,6 +118,10 @@ def _server_env(database: dict[str, Any]) -> dict[str, str]:
             "ANSWERS_SHUTDOWN_GRACE": "1",
             # As deployed: on PostgreSQL, retrieval on threads of its own.
             "ANSWERS_RETRIEVAL_THREADS": "4",
+            # A server opens its whole pool at start (answers.pool): 1 + the retrieval
+            # threads, so that every test worker's servers together fit PostgreSQL's
+            # max_connections (a thread over it waits for a connection, never fails).
+            "DATABASE_POOL_SIZE": "5",
             # DEBUG is off in tests.settings, which would make cookies Secure (no login
             # over plain http).
             "DJANGO_SECURE_COOKIES": "0",
