@@ -348,11 +348,12 @@ class _Rewrite:
 
 
 def _context(*, user: User, conversation_id: uuid.UUID | None) -> _Context:
-    if not selectors.user_can_ask(user=user):
-        raise AskForbidden("You do not have permission to ask questions.")
     try:
-        # Before any retrieval work, so a flood costs two counting queries each.
-        services.question_check_limits(user=user)
+        # Before any retrieval work, so a flood costs one counting query each (the
+        # permission is read in the same query).
+        services.question_check_allowed(user=user)
+    except services.AskNotPermitted:
+        raise AskForbidden("You do not have permission to ask questions.") from None
     except services.LimitExceeded as exc:
         raise TooManyRequests(str(exc), retry_after=exc.retry_after) from None
     if conversation_id is None:

@@ -9,8 +9,9 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
-from django.contrib.auth import SESSION_KEY, get_user_model
-from django.contrib.auth.models import AnonymousUser, User
+from django.contrib.auth import SESSION_KEY, get_backends, get_user_model
+from django.contrib.auth.backends import ModelBackend
+from django.contrib.auth.models import AnonymousUser, Permission, User
 from django.db.models import Count, Exists, Max, OuterRef, Q, QuerySet, Subquery
 
 from .conf import answers_settings
@@ -45,8 +46,64 @@ class NotFound(Exception):
 MAX_ID = 2**63 - 1
 
 
+ASK_PERMISSION = "answers.ask_question"
+
+
 def user_can_ask(*, user: AnyUser) -> bool:
-    return bool(user.is_authenticated and user.is_active and user.has_perm("answers.ask_question"))
+    return bool(user.is_authenticated and user.is_active and user.has_perm(ASK_PERMISSION))
+
+
+# The methods through which an auth backend grants permissions (ModelBackend's own helpers
+# included): a backend that overrides none of them grants exactly ModelBackend's rows.
+_PERMISSION_METHODS = (
+    "has_perm",
+    "get_all_permissions",
+    "get_user_permissions",
+    "get_group_permissions",
+    "_get_permissions",
+    "_get_user_permissions",
+    "_get_group_permissions",
+)
+
+
+def _permissions_are_model_rows() -> bool:
+    """Whether ``has_perm`` of an active user who is no superuser is exactly "the user or
+    one of their groups holds the permission row": some configured backend is a
+    ModelBackend, none changes how it grants, and the others grant nothing (no
+    ``has_perm``, as axes' standalone backend)."""
+    backends = get_backends()
+    for backend in backends:
+        if isinstance(backend, ModelBackend):
+            if any(
+                getattr(type(backend), name) is not getattr(ModelBackend, name)
+                for name in _PERMISSION_METHODS
+            ):
+                return False
+        elif hasattr(backend, "has_perm"):
+            return False
+    return any(isinstance(backend, ModelBackend) for backend in backends)
+
+
+def user_ask_permission_rows(*, user: AnyUser) -> QuerySet[Permission] | None:
+    """Rows that exist if and only if ``user_can_ask(user=user)``, for a caller to test in a
+    query it runs anyway: Django's ModelBackend reads a user's permissions and their
+    groups' in two queries of their own (once per user object, and each ask loads the user
+    afresh). None when no query is needed (inactive, superuser, permissions already read)
+    or the configured auth backends decide otherwise: then ask ``user_can_ask``."""
+    if (
+        not user.is_authenticated
+        or not user.is_active
+        or getattr(user, "is_superuser", False)
+        or hasattr(user, "_perm_cache")
+        or not _permissions_are_model_rows()
+    ):
+        return None
+    app_label, codename = ASK_PERMISSION.split(".")
+    return Permission.objects.filter(
+        Q(user=user) | Q(group__user=user),
+        content_type__app_label=app_label,
+        codename=codename,
+    )
 
 
 def document_visible_q(*, user: AnyUser) -> Q:

@@ -29,6 +29,7 @@ from django.db.models import (
 from django.db.models.lookups import Exact
 from django.utils import timezone
 
+from . import selectors
 from .citations import FinalizedCitations, finalize_citations, strip_out_of_range_markers
 from .conf import answers_settings
 from .duplicates import body_signature
@@ -108,7 +109,15 @@ def _asker_lock(*, user: User) -> None:
     rows. On SQLite, where FOR UPDATE does not exist, a write is what takes the database's
     write lock (whatever the project's transaction_mode; ours is IMMEDIATE, which takes it at
     BEGIN already), and that lock is held to COMMIT, so claims run one after another.
+    There, with IMMEDIATE or EXCLUSIVE transactions, the statement is left out: the
+    transaction holds the write lock from its BEGIN on (a savepoint's from its outermost
+    transaction's), which is all the UPDATE would take.
     """
+    if connection.vendor == "sqlite" and getattr(connection, "transaction_mode", None) in {
+        "IMMEDIATE",
+        "EXCLUSIVE",
+    }:
+        return
     User.objects.filter(pk=user.pk).update(last_login=F("last_login"))
 
 
@@ -126,6 +135,27 @@ def _counts(**querysets: QuerySet[Any]) -> dict[str, int]:
     return {name: int(count) for name, count in zip(querysets, row, strict=True)}
 
 
+class AskNotPermitted(Exception):
+    """The user may not ask questions (``selectors.user_can_ask``)."""
+
+
+def question_check_allowed(*, user: User) -> None:
+    """May ``user`` ask now: the ask permission, then the per-user limits
+    (``question_check_limits``), in one query where the permission can be read as rows
+    (``selectors.user_ask_permission_rows``). Raises ``AskNotPermitted`` or
+    ``LimitExceeded``; the limits, as there, are only an early refusal."""
+    permission = selectors.user_ask_permission_rows(user=user)
+    if permission is None and not selectors.user_can_ask(user=user):
+        raise AskNotPermitted
+    now = timezone.now()
+    limited = _limited(user=user, now=now)
+    extra = {} if permission is None else {"permission": permission}
+    counts = _counts(**limited, **extra)
+    if permission is not None and not counts["permission"]:
+        raise AskNotPermitted
+    _refuse_over_limits(limited=limited, counts=counts, now=now)
+
+
 def question_check_limits(*, user: User) -> None:
     """Per-user limits, counted in the database so every process agrees.
 
@@ -133,17 +163,30 @@ def question_check_limits(*, user: User) -> None:
     that holds is the one ``question_create`` repeats under the asker's lock.
     """
     now = timezone.now()
-    recent = Question.objects.filter(user=user, created_at__gte=now - timedelta(minutes=1))
-    per_minute = int(answers_settings.QUESTIONS_PER_MINUTE)
+    limited = _limited(user=user, now=now)
+    _refuse_over_limits(limited=limited, counts=_counts(**limited), now=now)
+
+
+def _limited(*, user: User, now: datetime) -> dict[str, QuerySet[Any]]:
+    """What each per-user limit counts: the user's questions of the last minute, and their
+    answers still streaming (not abandoned)."""
     cutoff = stream_abandoned_cutoff(now=now)
-    streaming = Answer.objects.filter(
-        question__user=user, status=Answer.Status.STREAMING, created_at__gte=cutoff
-    )
+    return {
+        "recent": Question.objects.filter(user=user, created_at__gte=now - timedelta(minutes=1)),
+        "streaming": Answer.objects.filter(
+            question__user=user, status=Answer.Status.STREAMING, created_at__gte=cutoff
+        ),
+    }
+
+
+def _refuse_over_limits(
+    *, limited: dict[str, QuerySet[Any]], counts: dict[str, int], now: datetime
+) -> None:
+    per_minute = int(answers_settings.QUESTIONS_PER_MINUTE)
     concurrent = int(answers_settings.MAX_CONCURRENT_STREAMS)
-    counts = _counts(recent=recent, streaming=streaming)
     if counts["recent"] >= per_minute:
         # A slot frees when the oldest question that fills the window leaves it.
-        filling = recent.order_by("-created_at").values_list("created_at", flat=True)
+        filling = limited["recent"].order_by("-created_at").values_list("created_at", flat=True)
         oldest = filling[per_minute - 1] if per_minute > 0 else now
         raise LimitExceeded(
             f"Too many questions: at most {per_minute} a minute. Try again soon.",
@@ -151,7 +194,7 @@ def question_check_limits(*, user: User) -> None:
         )
     if counts["streaming"] >= concurrent:
         # No answer outlives TOTAL_TIMEOUT (unless its process died): by then a slot is free.
-        running = streaming.order_by("-created_at").values_list("created_at", flat=True)
+        running = limited["streaming"].order_by("-created_at").values_list("created_at", flat=True)
         oldest = running[concurrent - 1] if concurrent > 0 else now
         total = timedelta(seconds=float(answers_settings.TOTAL_TIMEOUT))
         raise LimitExceeded(
