@@ -50,7 +50,6 @@ FTS_TABLE = "answers_chunk_fts"
 VOCAB_TABLE = "answers_chunk_fts_vocab"
 DATA_TABLE = "answers_chunk_fts_data"  # FTS5's shadow table: its totals are record 1
 LENGTH_TABLE = "answers_chunk_fts_length"  # each row's tokens, from docsize (migration 0005)
-CANDIDATE_TABLE = "temp.answers_search_candidates"  # the bounded top-k's (ADR 0027)
 # The bounded top-k tries a candidate pass only when its phrases' postings are at most this
 # share of all the expression's postings (a speed choice; the result is exact either way).
 CANDIDATE_SHARE = 0.35
@@ -100,6 +99,31 @@ SELECT t, count(*), sum(rowid NOT IN (SELECT value FROM json_each(%s)))
 FROM ({matches}) GROUP BY t
 """
 _ROWID_SQL = "SELECT {t} AS t, rowid FROM {fts} WHERE {fts} MATCH %s"
+# The chunks out of scope with their lengths: the documents out of scope first, then their
+# chunks by the document_id index: linear in the documents and in the chunks out of scope,
+# never in all the chunks (joining every chunk to its document first cost 28 ms at 38k
+# chunks, this 7). ``scope`` is the SQL of the asker's documents (selectors).
+_EXCLUDED_SQL = (
+    "SELECT c.id, l.tokens FROM answers_chunk c JOIN {lengths} l ON l.id = c.id "
+    "WHERE c.document_id IN (SELECT d.id FROM answers_document d WHERE d.id NOT IN ({scope}))"
+)
+# Everything a search reads before ranking, in one statement (one round trip on the thread
+# all database work shares): rows of kind 0 are the chunks out of scope and their lengths,
+# kind 1 FTS5's totals (its record 1, ``_totals``), kind 2 each stem's chunks from FTS5's
+# vocabulary, and kind 3, only when some chunk is out of scope (the constant EXISTS is
+# tested before the doclists are walked), each stem's chunks over the whole table and in
+# scope, as ``_SCOPED_COUNTS_SQL`` counts them. Parameters: the scope's, the stems, then
+# per stem its MATCH phrase.
+_STATISTICS_SQL = """
+WITH x(id, tokens) AS MATERIALIZED ({excluded})
+SELECT 0, id, tokens, NULL FROM x
+UNION ALL SELECT 1, NULL, NULL, block FROM {data} WHERE id = 1
+UNION ALL SELECT 2, term, doc, NULL FROM {vocab} WHERE term IN ({stems})
+UNION ALL SELECT * FROM (
+    SELECT 3, t, count(*), sum(rowid NOT IN (SELECT id FROM x)) FROM ({matches})
+    WHERE EXISTS (SELECT 1 FROM x) GROUP BY t
+)
+"""
 # The bounded scoped top-k: the chunks holding a rarer stem, found without ranking; the
 # other stems' bm25() then runs on those only (CROSS JOIN keeps FTS5 the outer loop).
 _CANDIDATES_CTE = "cand(id) AS MATERIALIZED (SELECT rowid FROM {fts} WHERE {fts} MATCH %s),"
@@ -107,6 +131,18 @@ _CANDIDATE_MATCH_SQL = (
     "SELECT {t}, f.rowid, -bm25({fts}, {title}, 1.0) FROM {fts} AS f "
     "CROSS JOIN cand ON cand.id = f.rowid WHERE {fts} MATCH %s"
 )
+
+
+@dataclass(frozen=True)
+class _Statistics:
+    """What ``_STATISTICS_SQL`` read."""
+
+    excluded: dict[int, int]  # the chunks out of scope, with their lengths in tokens
+    totals: list[int]  # FTS5's: rows, then tokens per column
+    vocabulary: dict[str, int]  # each stem's chunks, whole table (FTS5's vocabulary)
+    scoped: dict[str, tuple[int, int]]  # each stem's chunks, whole table and in scope
+
+
 _STEMS = TermCache()  # each term through the scratch index once per process
 _TOKENIZER = "unicode61 remove_diacritics 2"  # the text is stemmed already (migration 0007)
 
@@ -142,17 +178,67 @@ class SQLiteFTS5Backend:
         self, query: str, *, limit: int, documents: QuerySet[Document] | None = None
     ) -> list[SearchHit]:
         with connection.cursor() as cursor:
-            excluded = self._excluded(cursor, documents)
-            if excluded is None:
-                return []  # an empty scope
-            if excluded:
-                return self.search_scoped(cursor, query, limit=limit, excluded=excluded)
-            planned = self._plan(cursor, query)
-            if planned is None:
+            stems = self._stems(cursor, query_terms(query))
+            if not stems:
                 return []
+            statistics = self._statistics(cursor, stems, documents)
+            if statistics is None:
+                return []  # an empty scope
+            if statistics.excluded:
+                return self._search_in_scope(cursor, stems, statistics, limit=limit)
+            planned = self._plan_of(stems, statistics.vocabulary, statistics.totals[0])
             scored = self._top(cursor, planned, limit)
         bound = planned.bound
         return [SearchHit(chunk_id=pk, score=min(1.0, raw / bound)) for pk, raw in scored]
+
+    def _statistics(
+        self, cursor: CursorWrapper, stems: dict[str, str], documents: QuerySet[Document] | None
+    ) -> _Statistics | None:
+        """Everything a search reads before ranking, in one statement
+        (``_STATISTICS_SQL``); None when the scope is empty."""
+        if documents is None:
+            excluded_sql, params = "SELECT NULL, NULL WHERE 0", []
+        else:
+            # The access rule stays in the queryset (selectors): only its SQL is used here.
+            try:
+                scope, scope_params = documents.order_by().values("pk").query.sql_with_params()
+            except EmptyResultSet:
+                return None
+            excluded_sql, params = (
+                _EXCLUDED_SQL.format(lengths=LENGTH_TABLE, scope=scope),
+                [*scope_params],
+            )
+        distinct = list(dict.fromkeys(stems.values()))
+        sql = _STATISTICS_SQL.format(
+            excluded=excluded_sql,
+            data=DATA_TABLE,
+            vocab=VOCAB_TABLE,
+            stems=", ".join(["%s"] * len(distinct)),
+            matches=" UNION ALL ".join(
+                _ROWID_SQL.format(t=t, fts=FTS_TABLE) for t in range(len(distinct))
+            ),
+        )
+        cursor.execute(sql, [*params, *distinct, *(_quote(stem) for stem in distinct)])
+        found = _Statistics(excluded={}, totals=[0], vocabulary={}, scoped={})
+        for kind, key, first, second in cursor.fetchall():
+            if kind == 0:
+                found.excluded[int(key)] = int(first)
+            elif kind == 1:
+                found.totals[:] = _varints(second)
+            elif kind == 2:
+                found.vocabulary[str(key)] = int(first)
+            else:
+                found.scoped[distinct[key]] = (int(first), int(second))
+        return found
+
+    def _search_in_scope(
+        self, cursor: CursorWrapper, stems: dict[str, str], statistics: _Statistics, *, limit: int
+    ) -> list[SearchHit]:
+        distinct = list(dict.fromkeys(stems.values()))
+        counts = {stem: statistics.scoped.get(stem, (0, 0)) for stem in distinct}
+        return self._scoped(
+            cursor, stems, statistics.totals, counts, statistics.excluded, limit=limit
+        )
 
     def search_exhaustive(self, query: str, *, limit: int) -> list[SearchHit]:
         """The same search as ``search(documents=None)`` scoring every match (FTS5's own
@@ -217,26 +303,20 @@ class SQLiteFTS5Backend:
     def _rank_candidates(
         self, cursor: CursorWrapper, expression: str, rare: list[str], limit: int
     ) -> list[Row]:
-        """The best ``limit`` chunks holding any of ``rare``, ranked on ``expression``."""
-        cursor.execute(
-            f"CREATE TEMP TABLE IF NOT EXISTS {CANDIDATE_TABLE.split('.')[1]} "
-            "(id INTEGER PRIMARY KEY)"
-        )
-        cursor.execute(f"DELETE FROM {CANDIDATE_TABLE}")  # noqa: S608
-        cursor.execute(
-            f"INSERT INTO {CANDIDATE_TABLE}(id) SELECT rowid FROM {FTS_TABLE} "  # noqa: S608
-            f"WHERE {FTS_TABLE} MATCH %s",
-            [" OR ".join(_quote(stem) for stem in rare)],
-        )
+        """The best ``limit`` chunks holding any of ``rare``, ranked on ``expression``, in
+        one statement (the candidates in a materialized CTE, not a scratch table to create,
+        empty and fill: three statements fewer per pass)."""
         # CROSS JOIN keeps FTS5 the outer loop: it walks the doclists once (no ranking) and
         # bm25() runs for the candidates only; as an inner loop FTS5 would run the whole
         # query once per candidate.
-        cursor.execute(
-            f"SELECT f.rowid, -bm25({FTS_TABLE}, {float(bm25.TITLE_WEIGHT)}, 1.0) AS raw "  # noqa: S608
-            f"FROM {FTS_TABLE} AS f CROSS JOIN {CANDIDATE_TABLE} AS c ON c.id = f.rowid "
-            f"WHERE {FTS_TABLE} MATCH %s ORDER BY raw DESC, f.rowid LIMIT %s",
-            [expression, limit],
+        candidates = _CANDIDATES_CTE.format(fts=FTS_TABLE).rstrip(",")
+        sql = (
+            f"WITH {candidates} SELECT f.rowid, "  # noqa: S608 (constants)
+            f"-bm25({FTS_TABLE}, {float(bm25.TITLE_WEIGHT)}, 1.0) AS raw "
+            f"FROM {FTS_TABLE} AS f CROSS JOIN cand ON cand.id = f.rowid "
+            f"WHERE {FTS_TABLE} MATCH %s ORDER BY raw DESC, f.rowid LIMIT %s"
         )
+        cursor.execute(sql, [" OR ".join(_quote(stem) for stem in rare), expression, limit])
         return [(int(pk), float(raw)) for pk, raw in cursor.fetchall()]
 
     def maintain(self) -> None:
@@ -258,6 +338,9 @@ class SQLiteFTS5Backend:
         if not stems:
             return None
         doc_counts, rows = self._doc_counts(cursor, set(stems.values()))
+        return self._plan_of(stems, doc_counts, rows)
+
+    def _plan_of(self, stems: dict[str, str], doc_counts: dict[str, int], rows: int) -> _Plan:
         bound = self._score_bound(stems.values(), doc_counts, rows)
         # A term in half the chunks or more has an idf FTS5 clamps to ~0: it cannot move a
         # score, but matching it makes FTS5 rank nearly every row. Leave it out.
@@ -317,29 +400,6 @@ class SQLiteFTS5Backend:
         # FTS5's idf, clamped the same way; a stem the corpus lacks gets the highest.
         return bm25.score_bound(bm25.idf(doc_counts.get(stem, 0), rows) for stem in stems)
 
-    def _excluded(
-        self, cursor: CursorWrapper, documents: QuerySet[Document] | None
-    ) -> dict[int, int] | None:
-        """The chunks outside ``documents`` (the scope), with their lengths in tokens;
-        None when the scope is empty."""
-        if documents is None:
-            return {}
-        # The access rule stays in the queryset (selectors): only its SQL is used here.
-        try:
-            scope, params = documents.order_by().values("pk").query.sql_with_params()
-        except EmptyResultSet:
-            return None
-        # The documents out of scope first, then their chunks by the document_id index:
-        # linear in the documents and in the chunks out of scope, never in all the chunks
-        # (joining every chunk to its document first cost 28 ms at 38k chunks, this 7).
-        cursor.execute(
-            f"SELECT c.id, l.tokens FROM answers_chunk c JOIN {LENGTH_TABLE} l ON l.id = c.id "  # noqa: S608
-            "WHERE c.document_id IN "
-            f"(SELECT d.id FROM answers_document d WHERE d.id NOT IN ({scope}))",
-            params,
-        )
-        return dict(cursor.fetchall())
-
     def search_scoped(
         self, cursor: CursorWrapper, query: str, *, limit: int, excluded: dict[int, int]
     ) -> list[SearchHit]:
@@ -347,28 +407,42 @@ class SQLiteFTS5Backend:
         stems = self._stems(cursor, query_terms(query))
         if not stems:
             return []
-        all_rows, *column_tokens = self._totals(cursor)
-        rows = all_rows - len(excluded)
-        tokens = sum(column_tokens) - sum(excluded.values())
-        if rows <= 0 or tokens <= 0:
-            return []
-        avgdl = float(tokens) / float(rows)  # as fts5_aux.c computes it
-        # Each stem's chunks in scope, matched as FTS5 matches the phrase (by its term).
         distinct = list(dict.fromkeys(stems.values()))
-        excluded_ids = json.dumps(list(excluded))
         cursor.execute(
             _SCOPED_COUNTS_SQL.format(
                 matches=" UNION ALL ".join(
                     _ROWID_SQL.format(t=t, fts=FTS_TABLE) for t in range(len(distinct))
                 )
             ),
-            [excluded_ids, *(_quote(stem) for stem in distinct)],
+            [json.dumps(list(excluded)), *(_quote(stem) for stem in distinct)],
         )
-        all_counts: dict[str, int] = dict.fromkeys(distinct, 0)  # as FTS5's bm25() counts
-        doc_counts: dict[str, int] = dict.fromkeys(distinct, 0)
+        counts = dict.fromkeys(distinct, (0, 0))
         for t, matched, in_scope in cursor.fetchall():
-            all_counts[distinct[t]] = int(matched)
-            doc_counts[distinct[t]] = int(in_scope)
+            counts[distinct[t]] = (int(matched), int(in_scope))
+        return self._scoped(cursor, stems, self._totals(cursor), counts, excluded, limit=limit)
+
+    def _scoped(
+        self,
+        cursor: CursorWrapper,
+        stems: dict[str, str],
+        totals: list[int],
+        counts: dict[str, tuple[int, int]],
+        excluded: dict[int, int],
+        *,
+        limit: int,
+    ) -> list[SearchHit]:
+        """The scoped search from its statistics: ``counts`` holds each distinct stem's
+        chunks over the whole table and in scope."""
+        all_rows, *column_tokens = totals
+        rows = all_rows - len(excluded)
+        tokens = sum(column_tokens) - sum(excluded.values())
+        if rows <= 0 or tokens <= 0:
+            return []
+        avgdl = float(tokens) / float(rows)  # as fts5_aux.c computes it
+        # Each stem's chunks in scope, matched as FTS5 matches the phrase (by its term).
+        excluded_ids = json.dumps(list(excluded))
+        all_counts = {stem: matched for stem, (matched, _) in counts.items()}  # as bm25() counts
+        doc_counts = {stem: in_scope for stem, (_, in_scope) in counts.items()}
         idfs = {stem: bm25.idf(count, rows) for stem, count in doc_counts.items()}
         bound = bm25.score_bound(idfs[stem] for stem in stems.values())
         # The same plan as FTS5's: terms in half the chunks or more are not matched.
