@@ -38,10 +38,12 @@ bound are those of the asker's scope.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from django.contrib.postgres.search import SearchQuery, SearchVectorField
+from django.core.exceptions import EmptyResultSet
 from django.db import connection
-from django.db.models import Count, FloatField, IntegerField, Q, QuerySet, Sum
+from django.db.models import FloatField, IntegerField, Q, QuerySet
 from django.db.models.expressions import RawSQL
 
 from ..models import Chunk, Document
@@ -100,6 +102,36 @@ FROM unnest(%s::text[]) WITH ORDINALITY AS t(term, ord)
 """  # noqa: S608 (CONFIG is a constant)
 
 
+# N and the total length (lexeme ''), and each lexeme's chunks, over the whole index, from
+# the ledger the index triggers keep (migration 0011). Parameter: '' and the lexemes.
+_LEDGER_SQL = (
+    "SELECT lexeme, sum(chunks), sum(tokens) FROM answers_search_stats "
+    "WHERE lexeme = ANY(%s) GROUP BY lexeme"
+)
+# The same over a scope (ADR 0009): the whole index's figures less those of the chunks out
+# of scope, counted in the same statement (the documents out of scope first, then their
+# chunks by the document_id index: linear in the chunks out of scope). Parameters: '' and
+# the lexemes, the same as ``_quoted`` operands, the scope's, '' and the lexemes again.
+_SCOPED_LEDGER_SQL = """
+WITH q (lexeme, query) AS (
+    SELECT lexeme, to_tsquery('simple'::regconfig, query) FROM unnest(%s::text[], %s::text[])
+    AS u (lexeme, query)
+),
+o AS MATERIALIZED (
+    SELECT c."search_vector" AS v, c."search_length" AS dl FROM "answers_chunk" AS c
+    WHERE c."document_id" IN (
+        SELECT d."id" FROM "answers_document" AS d WHERE d."id" NOT IN ({scope})
+    )
+),
+outside AS (
+    SELECT q.lexeme,
+           count(*) FILTER (WHERE q.lexeme = '' OR o.v @@ q.query) AS chunks,
+           sum(o.dl) FILTER (WHERE q.lexeme = '') AS tokens
+    FROM q CROSS JOIN o GROUP BY q.lexeme
+)
+SELECT s.lexeme, s.chunks - coalesce(outside.chunks, 0), s.tokens - coalesce(outside.tokens, 0)
+FROM ({ledger}) AS s (lexeme, chunks, tokens) LEFT JOIN outside ON outside.lexeme = s.lexeme
+"""
 # One lexeme as ``_tsquery`` matches it (a constant, folded when the statement is planned).
 _TSQUERY_SQL = "to_tsquery('simple'::regconfig, %s)"
 
@@ -178,37 +210,29 @@ class PostgreSQLBackend:
         The whole index's figures are read from ``answers_search_stats`` (migration 0011:
         kept by the index triggers, an index lookup per lexeme, never a count of chunks).
         With a scope, the chunks out of it are counted and taken off (ADR 0009, as the
-        SQLite backend does): linear in the chunks out of scope, not in the corpus.
+        SQLite backend does): linear in the chunks out of scope, not in the corpus. One
+        statement either way (``_LEDGER_SQL``, ``_SCOPED_LEDGER_SQL``).
         """
         ordered = sorted(lexemes)
+        sql, params = _LEDGER_SQL, list[Any]([["", *ordered]])
+        if documents is not None:
+            # The access rule stays in the queryset (selectors): only its SQL is used here.
+            try:
+                scope, scope_params = documents.order_by().values("pk").query.sql_with_params()
+            except EmptyResultSet:
+                return None
+            sql = _SCOPED_LEDGER_SQL.format(scope=scope, ledger=_LEDGER_SQL)
+            params = [
+                ["", *ordered],
+                [None, *(_quoted(lexeme) for lexeme in ordered)],
+                *scope_params,
+                ["", *ordered],
+            ]
         with connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT lexeme, sum(chunks), sum(tokens) FROM answers_search_stats "
-                "WHERE lexeme = ANY(%s) GROUP BY lexeme",
-                [["", *ordered]],
-            )
+            cursor.execute(sql, params)
             found = {lexeme: (int(n), int(tokens)) for lexeme, n, tokens in cursor.fetchall()}
         rows, tokens = found.get("", (0, 0))
         doc_counts = {lexeme: found.get(lexeme, (0, 0))[0] for lexeme in ordered}
-        if documents is not None and rows:
-            outside = (
-                _chunks(None)
-                .filter(
-                    document__in=Document.objects.exclude(pk__in=documents.order_by().values("pk"))
-                )
-                .aggregate(
-                    rows=Count("*"),
-                    tokens=Sum(RawSQL('"answers_chunk"."search_length"', [], IntegerField())),
-                    **{
-                        f"n{i}": Count("pk", filter=_matching([lexeme]))
-                        for i, lexeme in enumerate(ordered)
-                    },
-                )
-            )
-            rows -= int(outside["rows"])
-            tokens -= int(outside["tokens"] or 0)
-            for i, lexeme in enumerate(ordered):
-                doc_counts[lexeme] -= int(outside[f"n{i}"])
         if rows <= 0 or tokens <= 0 or not any(doc_counts.values()):
             return None
         return rows, float(tokens) / float(rows), doc_counts
