@@ -315,12 +315,17 @@ def retrieve_sources(
         documents=selectors.document_list_visible(user=user),
         standalone=standalone,
     )
-    candidates = selectors.candidates_for_hits(hits=((h.chunk_id, h.score) for h in hits))
+    # Each candidate's access is read with its chunk (one query fewer), and checked by
+    # document_visible_ids all the same.
+    candidates = selectors.candidates_for_hits(
+        hits=((h.chunk_id, h.score) for h in hits), viewer=user
+    )
+    read = {c.document_id: bool(c.document_visible) for c in candidates}
     selection = select_sources(
         candidates,
         question=standalone or question,
         visible_document_ids=lambda ids: selectors.document_visible_ids(
-            user=user, document_ids=ids
+            user=user, document_ids=ids, read=read
         ),
     )
     return Retrieval(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
@@ -128,8 +128,15 @@ def document_list_visible(*, user: AnyUser) -> QuerySet[Document]:
     return Document.objects.filter(document_visible_q(user=user))
 
 
-def document_visible_ids(*, user: AnyUser, document_ids: Iterable[int]) -> set[int]:
+def document_visible_ids(
+    *, user: AnyUser, document_ids: Iterable[int], read: Mapping[int, bool] | None = None
+) -> set[int]:
+    """Which of ``document_ids`` ``user`` may view. ``read``: their visibility to ``user``
+    as a query of this same request read it with their content (``candidates_for_hits``
+    with ``viewer``); when it covers every id, it is the answer and nothing is read again."""
     ids = list(document_ids)
+    if read is not None and all(pk in read for pk in ids):
+        return {pk for pk in ids if read[pk]}
     if not ids:
         return set()
     return set(document_list_visible(user=user).filter(pk__in=ids).values_list("pk", flat=True))
@@ -156,8 +163,12 @@ def document_get_visible(*, user: AnyUser, document_id: int) -> Document:
     return document
 
 
-def candidates_for_hits(*, hits: Iterable[tuple[int, float]]) -> list[Candidate]:
-    """Candidates for ``(chunk_id, score)`` hits, best first; one query."""
+def candidates_for_hits(
+    *, hits: Iterable[tuple[int, float]], viewer: AnyUser | None = None
+) -> list[Candidate]:
+    """Candidates for ``(chunk_id, score)`` hits, best first; one query. With ``viewer``,
+    each one's ``document_visible`` to them is read in the same query (the access rule of
+    ``document_list_visible``, for ``document_visible_ids(read=...)``)."""
     hit_list = list(hits)
     # Each candidate document's size in chunks (answers.ranking), counted in the same
     # statement by the document_id index, so the fetch stays one round trip.
@@ -182,6 +193,9 @@ def candidates_for_hits(*, hits: Iterable[tuple[int, float]]) -> list[Candidate]
         )
         .annotate(document_chunks=Subquery(document_chunks))
     )
+    if viewer is not None:
+        visible = document_list_visible(user=viewer).filter(pk=OuterRef("document_id"))
+        chunks = chunks.annotate(document_visible=Exists(visible))
     by_id = {chunk.pk: chunk for chunk in chunks.filter(pk__in=[c for c, _ in hit_list])}
     candidates: list[Candidate] = []
     for chunk_id, score in hit_list:
@@ -202,6 +216,7 @@ def candidates_for_hits(*, hits: Iterable[tuple[int, float]]) -> list[Candidate]
                 document_public=chunk.document.access == Document.Access.EVERYONE,
                 # PostgreSQL returns bytea as a memoryview.
                 document_signature=bytes(chunk.document.near_signature or b""),
+                document_visible=getattr(chunk, "document_visible", None),
             )
         )
     return candidates

@@ -91,6 +91,8 @@ class Candidate:
     score: float
     document_chunks: int = 1  # the document's chunks in all (answers.ranking's breadth)
     document_public: bool = False  # everyone who may ask may view it (as retrieval read it)
+    # The asker may view it, read with the chunk (``candidates_for_hits``); None: not read.
+    document_visible: bool | None = None
     document_signature: bytes = b""  # answers.duplicates' MinHash of the document's body
     rank_score: float | None = None  # answers.ranking's order; never shown or thresholded
     rerank_score: float | None = None
