@@ -217,12 +217,12 @@ def test_query_count_per_answer_does_not_depend_on_the_number_of_sources(
         done = ask(user=asker, question=question)
     assert len(done.answer.references) == count
     assert len(queries) == _query_count_with_one_source(asker, scripted, settings, question)
-    # A ceiling, so that no change adds a query unnoticed (issue 15 aims at 12; here 300
-    # candidates take several INSERT batches, and bench section 3 counts fewer).
+    # A ceiling, so that no change adds a query unnoticed (issue 15 aims at 12; what is
+    # left and why each is needed: docs/benchmarks.md, section 3).
     assert len(queries) <= QUERIES_PER_ANSWER[connection.vendor], [q["sql"] for q in queries]
 
 
-QUERIES_PER_ANSWER = {"sqlite": 25, "postgresql": 21}
+QUERIES_PER_ANSWER = {"sqlite": 17, "postgresql": 19}
 
 
 def _query_count_with_one_source(asker, scripted, settings, question) -> int:
