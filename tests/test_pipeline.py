@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import pytest
 from asgiref.sync import async_to_sync
+from django.contrib.auth.backends import ModelBackend
+from django.contrib.auth.models import Group, Permission, User
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
@@ -157,6 +159,53 @@ def test_invalid_questions_are_refused_before_anything_is_stored(asker, question
 def test_user_without_the_ask_permission_is_refused(no_ask_user):
     with pytest.raises(pipeline.AskForbidden):
         start(user=no_ask_user, question="What is a lambda expression?")
+
+
+def test_the_ask_permission_of_a_group_counts_and_taking_it_away_refuses_the_next_ask(
+    no_ask_user, scripted
+):
+    # Each ask gets the user afresh (as a socket does): no permission cache carries over.
+    group = Group.objects.create(name="askers")
+    group.permissions.add(Permission.objects.get(codename="ask_question"))
+    no_ask_user.groups.add(group)
+    scripted.script = ["ok [1]"]
+    done = ask(user=User.objects.get(pk=no_ask_user.pk), question="What is a lambda expression?")
+    assert done.answer.status == "complete"
+    group.permissions.clear()
+    with pytest.raises(pipeline.AskForbidden):
+        start(user=User.objects.get(pk=no_ask_user.pk), question="What is a lambda expression?")
+
+
+class GrantsAsking:
+    """An auth backend (say, a directory's) that grants the ask permission itself."""
+
+    def authenticate(self, request, **credentials):  # type: ignore[no-untyped-def]
+        return None
+
+    def has_perm(self, user_obj, perm, obj=None):  # type: ignore[no-untyped-def]
+        return perm == "answers.ask_question"
+
+
+class DeniesAsking(ModelBackend):
+    """A ModelBackend that withholds the ask permission whatever the rows say."""
+
+    def has_perm(self, user_obj, perm, obj=None):  # type: ignore[no-untyped-def]
+        return perm != "answers.ask_question" and super().has_perm(user_obj, perm, obj)
+
+
+def test_the_configured_auth_backends_decide_the_ask_permission(
+    no_ask_user, asker, scripted, settings
+):
+    scripted.script = ["ok [1]"]
+    settings.AUTHENTICATION_BACKENDS = [
+        *settings.AUTHENTICATION_BACKENDS,
+        f"{__name__}.GrantsAsking",
+    ]
+    done = ask(user=User.objects.get(pk=no_ask_user.pk), question="What is a lambda expression?")
+    assert done.answer.status == "complete"
+    settings.AUTHENTICATION_BACKENDS = [f"{__name__}.DeniesAsking"]
+    with pytest.raises(pipeline.AskForbidden):
+        start(user=User.objects.get(pk=asker.pk), question="What is a lambda expression?")
 
 
 def test_superusers_may_ask(admin_user, scripted):
