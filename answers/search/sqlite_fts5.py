@@ -107,18 +107,19 @@ _EXCLUDED_SQL = (
     "SELECT c.id, l.tokens FROM answers_chunk c JOIN {lengths} l ON l.id = c.id "
     "WHERE c.document_id IN (SELECT d.id FROM answers_document d WHERE d.id NOT IN ({scope}))"
 )
-# What every search reads before ranking, in one statement (one round trip on the thread
-# all database work shares): rows of kind 0 are the chunks out of scope and their lengths,
-# kind 1 FTS5's totals (its record 1, ``_totals``), kind 2 each stem's chunks from FTS5's
-# vocabulary. The scoped counts (``_SCOPED_COUNTS_SQL``) stay a statement of their own,
-# run only when some chunk is out of scope: as a part of this one (even behind a constant
-# guard) FTS5 walked the doclists for every search, 0.6 ms a search at 10k chunks.
-# Parameters: the scope's, then the stems.
+# What every search reads first, in one statement (one round trip on the thread all
+# database work shares): rows of kind 0 are the chunks out of scope and their lengths, the
+# row of kind 1 FTS5's totals (its record 1, ``_totals``). What the terms need comes next,
+# in a second statement, and depends on this one: with chunks out of scope, each stem's
+# counts in scope (``_SCOPED_COUNTS_SQL``, which walks the stems' doclists), else FTS5's
+# vocabulary counts (``_vocabulary``, which walks them too). Both in this statement would
+# walk them twice for a scoped search (+0.5 ms a search at 10k chunks; measured, undone),
+# and a constant guard on either part does not stop FTS5's walk.
+# Parameters: the scope's.
 _STATISTICS_SQL = """
 WITH x(id, tokens) AS MATERIALIZED ({excluded})
 SELECT 0, id, tokens FROM x
 UNION ALL SELECT 1, NULL, block FROM {data} WHERE id = 1
-UNION ALL SELECT 2, term, doc FROM {vocab} WHERE term IN ({stems})
 """
 # The bounded scoped top-k: the chunks holding a rarer stem, found without ranking; the
 # other stems' bm25() then runs on those only (CROSS JOIN keeps FTS5 the outer loop).
@@ -135,7 +136,6 @@ class _Statistics:
 
     excluded: dict[int, int]  # the chunks out of scope, with their lengths in tokens
     totals: list[int]  # FTS5's: rows, then tokens per column
-    vocabulary: dict[str, int]  # each stem's chunks, whole table (FTS5's vocabulary)
 
 
 _STEMS = TermCache()  # each term through the scratch index once per process
@@ -176,21 +176,22 @@ class SQLiteFTS5Backend:
             stems = self._stems(cursor, query_terms(query))
             if not stems:
                 return []
-            statistics = self._statistics(cursor, stems, documents)
+            statistics = self._statistics(cursor, documents)
             if statistics is None:
                 return []  # an empty scope
             if statistics.excluded:
                 return self._search_in_scope(cursor, stems, statistics, limit=limit)
-            planned = self._plan_of(stems, statistics.vocabulary, statistics.totals[0])
+            doc_counts = self._vocabulary(cursor, set(stems.values()))
+            planned = self._plan_of(stems, doc_counts, statistics.totals[0])
             scored = self._top(cursor, planned, limit)
         bound = planned.bound
         return [SearchHit(chunk_id=pk, score=min(1.0, raw / bound)) for pk, raw in scored]
 
     def _statistics(
-        self, cursor: CursorWrapper, stems: dict[str, str], documents: QuerySet[Document] | None
+        self, cursor: CursorWrapper, documents: QuerySet[Document] | None
     ) -> _Statistics | None:
-        """Everything a search reads before ranking, in one statement
-        (``_STATISTICS_SQL``); None when the scope is empty."""
+        """The chunks out of scope and FTS5's totals, in one statement (``_STATISTICS_SQL``);
+        None when the scope is empty."""
         if documents is None:
             excluded_sql, params = "SELECT NULL, NULL WHERE 0", []
         else:
@@ -203,22 +204,13 @@ class SQLiteFTS5Backend:
                 _EXCLUDED_SQL.format(lengths=LENGTH_TABLE, scope=scope),
                 [*scope_params],
             )
-        distinct = list(dict.fromkeys(stems.values()))
-        sql = _STATISTICS_SQL.format(
-            excluded=excluded_sql,
-            data=DATA_TABLE,
-            vocab=VOCAB_TABLE,
-            stems=", ".join(["%s"] * len(distinct)),
-        )
-        cursor.execute(sql, [*params, *distinct])
-        found = _Statistics(excluded={}, totals=[0], vocabulary={})
+        cursor.execute(_STATISTICS_SQL.format(excluded=excluded_sql, data=DATA_TABLE), params)
+        found = _Statistics(excluded={}, totals=[0])
         for kind, key, value in cursor.fetchall():
             if kind == 0:
                 found.excluded[int(key)] = int(value)
-            elif kind == 1:
-                found.totals[:] = _varints(value)
             else:
-                found.vocabulary[str(key)] = int(value)
+                found.totals[:] = _varints(value)
         return found
 
     def _search_in_scope(
@@ -388,13 +380,17 @@ class SQLiteFTS5Backend:
         return stems
 
     def _doc_counts(self, cursor: CursorWrapper, stems: set[str]) -> tuple[dict[str, int], int]:
+        return self._vocabulary(cursor, stems), self._totals(cursor)[0]
+
+    @staticmethod
+    def _vocabulary(cursor: CursorWrapper, stems: set[str]) -> dict[str, int]:
+        """Each stem's chunks over the whole table, from FTS5's vocabulary."""
         placeholders = ", ".join(["%s"] * len(stems))
         cursor.execute(
             f"SELECT term, doc FROM {VOCAB_TABLE} WHERE term IN ({placeholders})",  # noqa: S608
             list(stems),
         )
-        doc_counts = dict(cursor.fetchall())
-        return doc_counts, self._totals(cursor)[0]
+        return dict(cursor.fetchall())
 
     @staticmethod
     def _totals(cursor: CursorWrapper) -> list[int]:
