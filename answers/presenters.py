@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import lru_cache
 from urllib.parse import urlsplit
 
 from django.urls import reverse
@@ -13,7 +15,13 @@ from django.urls import reverse
 from . import selectors
 from .conf import answers_settings
 from .models import Answer, RetrievedSource
-from .rendering import render_answer_html, safe_url, source_anchor, visible_text
+from .rendering import (
+    render_answer_html,
+    render_passage_html,
+    safe_url,
+    source_anchor,
+    visible_text,
+)
 from .selectors import AnyUser
 from .types import AnswerPayload, NumberedSource, Reference
 
@@ -53,6 +61,29 @@ def snippet_of(excerpt: str) -> str:
     if len(flat) <= SNIPPET_CHARS:
         return flat
     return flat[:SNIPPET_CHARS].rsplit(" ", 1)[0] + " …"
+
+
+# Excerpts rendered lately. Keyed by the excerpt's whole text, nothing else: the rendering
+# is a function of that text alone, so a hit is exactly what rendering it again would give,
+# a changed passage (a document re-ingested) is a new key, and only a caller that already
+# holds the text can reach its entry (ADR 0034). Excerpts are at most EXCERPT_CHARS long.
+EXCERPT_CACHE_SIZE = 2048
+
+
+@dataclass(frozen=True)
+class ExcerptView:
+    """What a Sources card shows of an excerpt: its first words (plain text) and the whole
+    excerpt as sanitized HTML."""
+
+    snippet: str
+    html: str
+
+
+@lru_cache(maxsize=EXCERPT_CACHE_SIZE)
+def excerpt_view(excerpt: str) -> ExcerptView:
+    """``excerpt``'s snippet and HTML, rendered once while it is shown often (every panel of
+    every answer citing the same passage)."""
+    return ExcerptView(snippet=snippet_of(excerpt), html=render_passage_html(excerpt))
 
 
 def location_of(url: str) -> str:

@@ -3,7 +3,7 @@ from __future__ import annotations
 from django import template
 from django.utils.safestring import SafeString, mark_safe
 
-from ..presenters import location_of, snippet_of
+from ..presenters import excerpt_view, location_of
 from ..rendering import render_passage_html, safe_url
 
 register = template.Library()
@@ -22,8 +22,14 @@ def passage_html(text: str) -> SafeString:
 
 
 @register.filter
+def excerpt_html(excerpt: str) -> SafeString:
+    """A source's excerpt as sanitized HTML, as ``passage_html`` renders it (cached)."""
+    return mark_safe(excerpt_view(excerpt).html)  # noqa: S308 (nh3 has sanitized it)
+
+
+@register.filter
 def snippet(excerpt: str) -> str:
-    return snippet_of(excerpt)
+    return excerpt_view(excerpt).snippet
 
 
 @register.filter
