@@ -1,11 +1,18 @@
-"""The served process's database pool, opened full when the server starts."""
+"""The served process's database connections, readied when the server starts: the
+PostgreSQL pool opened full, or on SQLite one connection held open (ADR 0034)."""
 
 from __future__ import annotations
 
+import sqlite3
 import sys
+import threading
 from typing import Any
 
 from django.db import connections
+
+# SQLite: a connection per database file, held for the life of the process (see below).
+_sqlite_holders: dict[str, sqlite3.Connection] = {}
+_sqlite_holders_lock = threading.Lock()
 
 
 def database_pool_open(*, alias: str = "default") -> bool:
@@ -24,16 +31,53 @@ def database_pool_open(*, alias: str = "default") -> bool:
     return True
 
 
+def database_sqlite_hold(*, alias: str = "default") -> bool:
+    """On SQLite, open one connection to ``alias``'s database file and hold it for the
+    life of the process. SQLite has no pool: Django opens a connection for each piece of
+    database work an answer does and closes it after (``CONN_MAX_AGE`` 0, as Django wants
+    under ASGI), and the last connection to a WAL database that closes checkpoints the WAL
+    into the database, syncs both and deletes it, which the next one creates again: four
+    syncs of the disk for every close, several per answer, all on the one thread that
+    database work shares. While this connection is open no other is the last, so a close
+    only closes; the WAL is checkpointed by SQLite's own threshold (1,000 pages) instead.
+    It reads nothing after opening and holds no transaction. False (nothing done) on
+    another database or an in-memory one."""
+    wrapper = connections[alias]
+    if wrapper.vendor != "sqlite" or wrapper.is_in_memory_db():
+        return False
+    name = str(wrapper.settings_dict["NAME"])
+    options = wrapper.settings_dict.get("OPTIONS", {})
+    with _sqlite_holders_lock:
+        if name in _sqlite_holders:
+            return True
+        holder = sqlite3.connect(
+            name, timeout=float(options.get("timeout", 5)), check_same_thread=False, uri=True
+        )
+        # The project's own set-up (WAL, the sync level), as every Django connection runs it.
+        if options.get("init_command"):
+            holder.executescript(options["init_command"])
+        # Reading opens the file and the WAL index: from now on this connection counts.
+        holder.execute("SELECT count(*) FROM sqlite_master").fetchall()
+        _sqlite_holders[name] = holder
+    return True
+
+
+def database_open(*, alias: str = "default") -> None:
+    """Ready ``alias`` for serving: its pool opened full (PostgreSQL), or a connection held
+    open (SQLite)."""
+    database_pool_open(alias=alias) or database_sqlite_hold(alias=alias)
+
+
 def database_pool_open_on_startup() -> bool:
-    """Under daphne, ``database_pool_open`` once the server runs: call it from the ASGI
-    module. Not at import: a test or a command importing the module must not open a pool
-    (the test database does not exist yet then). False (nothing done) under a server that
-    is not Twisted's; there, call ``database_pool_open`` from its startup hook (an ASGI
-    lifespan ``startup``)."""
+    """Under daphne, ``database_open`` once the server runs: call it from the ASGI module.
+    Not at import: a test or a command importing the module must not open a pool (the
+    test database does not exist yet then). False (nothing done) under a server that is
+    not Twisted's; there, call ``database_open`` from its startup hook (an ASGI lifespan
+    ``startup``)."""
     if "twisted.internet.reactor" not in sys.modules:
         return False
     from twisted.internet import reactor as installed
 
     reactor: Any = installed  # an IReactorCore (zope interfaces type badly)
-    reactor.callWhenRunning(database_pool_open)
+    reactor.callWhenRunning(database_open)
     return True

@@ -13,20 +13,11 @@ from typing import Any
 from django.contrib.auth.models import Group, User
 from django.db import IntegrityError, connection, transaction
 from django.db.models import (
-    BooleanField,
-    Case,
-    CharField,
     Count,
     F,
-    IntegerField,
     Max,
-    OuterRef,
     QuerySet,
-    Subquery,
-    Value,
-    When,
 )
-from django.db.models.lookups import Exact
 from django.utils import timezone
 
 from . import selectors
@@ -358,19 +349,11 @@ def answer_complete(
         if sources:
             # One UPDATE of the prompt's sources whatever their number: their fate in the
             # final list and the snapshot of what the answer was written from.
-            RetrievedSource.objects.filter(
-                question_id=answer.question_id, prompt_number__isnull=False
-            ).update(
-                final_number=Case(
-                    *[When(prompt_number=p, then=Value(f)) for p, f in final_numbers.items()],
-                    default=None,
-                    output_field=IntegerField(),
-                ),
-                cited=Case(
-                    *[When(prompt_number=p, then=Value(True)) for p in cited],
-                    default=Value(False),
-                ),
-                **_prompt_sources_snapshot(sources=sources),
+            _prompt_sources_update(
+                question_id=answer.question_id,
+                sources=sources,
+                final_numbers=final_numbers,
+                cited=cited,
             )
     answer.raw_text, answer.final_text, answer.status, answer.error = (
         raw_text,
@@ -383,11 +366,22 @@ def answer_complete(
     return CompletedAnswer(answer=answer, finalized=finalized)
 
 
-def _prompt_sources_snapshot(*, sources: Sequence[NumberedSource]) -> dict[str, Case | Subquery]:
-    """Keep what the answer was written from as it was (ADR 0022): each prompt passage's
-    text (stored once per distinct text), its document's title, its position, and whether
-    everyone could view the document (as retrieval read it). One statement whatever the
-    number of sources, and the fields for the prompt sources' one UPDATE."""
+def _prompt_sources_update(
+    *,
+    question_id: int,
+    sources: Sequence[NumberedSource],
+    final_numbers: dict[int, int],
+    cited: set[int],
+) -> None:
+    """Write each prompt source's fate (``final_number``, ``cited``) and keep what the
+    answer was written from as it was (ADR 0022): each prompt passage's text (stored once
+    per distinct text), its document's title, its position, and whether everyone could view
+    the document (as retrieval read it). Two statements whatever the number of sources.
+
+    The UPDATE is written out as SQL: as ORM ``Case``/``When`` expressions (one ``When``
+    per passage and column, some fifty for six sources) Django spent milliseconds of the
+    one thread database work shares resolving and copying them for every answer (ADR 0034).
+    Each row finds its passage in the same statement, by the digest index."""
     members = [candidate for source in sources for candidate in source.candidates]
     digests = {candidate.rank: content_hash(candidate.text) for candidate in members}
     texts = {digests[candidate.rank]: candidate.text for candidate in members}
@@ -395,28 +389,57 @@ def _prompt_sources_snapshot(*, sources: Sequence[NumberedSource]) -> dict[str, 
         [Passage(digest=digest, text=text) for digest, text in texts.items()],
         ignore_conflicts=True,  # already kept for an earlier answer
     )
-    # Each row finds its passage in the same UPDATE (by the digest index), not by a
-    # separate SELECT of the ids: one round trip fewer per answer.
-    digest_of_row = Case(
-        *[When(Exact(OuterRef("rank"), c.rank), then=Value(digests[c.rank])) for c in members],
-        output_field=CharField(),
+    quote = connection.ops.quote_name
+    meta = RetrievedSource._meta
+    table = quote(meta.db_table)
+
+    def column(name: str) -> str:
+        return quote(meta.get_field(name).column)
+
+    params: list[Any] = []
+
+    def case(key: str, pairs: Sequence[tuple[Any, Any]], default: Any = None) -> str:
+        """``CASE key WHEN k THEN v ... [ELSE default] END``; no ELSE without a default
+        (NULL, as a ``Case`` without one)."""
+        for pair in pairs:
+            params.extend(pair)
+        whens = " WHEN %s THEN %s" * len(pairs)
+        if default is not None:
+            params.append(default)
+            if not pairs:
+                return "%s"
+            return f"CASE {key}{whens} ELSE %s END"
+        return f"CASE {key}{whens} END" if pairs else "NULL"
+
+    rank = f"{table}.{column('rank')}"
+    prompt_number = column("prompt_number")
+    passages = Passage._meta
+    passage_of = (
+        f"SELECT {quote(passages.pk.column)} FROM {quote(passages.db_table)} "  # noqa: S608 (names quoted)
+        f"WHERE {quote(passages.get_field('digest').column)} = "
     )
-    return {
-        "passage_id": Subquery(Passage.objects.filter(digest=digest_of_row).values("pk")[:1]),
-        "document_title": Case(
-            *[When(rank=c.rank, then=Value(c.title)) for c in members],
-            output_field=CharField(),
+    # In the statement's order: each ``case`` adds its parameters as it is written.
+    assignments = [
+        (column("final_number"), case(prompt_number, list(final_numbers.items()))),
+        (column("cited"), case(prompt_number, [(p, True) for p in sorted(cited)], False)),
+        (
+            column("passage"),
+            f"({passage_of}{case(rank, [(c.rank, digests[c.rank]) for c in members])})",
         ),
-        "chunk_ordinal": Case(
-            *[When(rank=c.rank, then=Value(c.ordinal)) for c in members],
-            output_field=IntegerField(),
+        (column("document_title"), case(rank, [(c.rank, c.title) for c in members])),
+        (column("chunk_ordinal"), case(rank, [(c.rank, c.ordinal) for c in members])),
+        (
+            column("document_public"),
+            case(rank, [(c.rank, c.document_public) for c in members], False),
         ),
-        "document_public": Case(
-            *[When(rank=c.rank, then=Value(c.document_public)) for c in members],
-            default=Value(False),
-            output_field=BooleanField(),
-        ),
-    }
+    ]
+    sql = (
+        f"UPDATE {table} SET {', '.join(f'{name} = {value}' for name, value in assignments)} "  # noqa: S608 (names quoted, values parameters)
+        f"WHERE {column('question')} = %s AND {prompt_number} IS NOT NULL"
+    )
+    params.append(question_id)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
 
 
 def answer_mark_reviewed(*, answer: Answer, reviewer: User, reviewed: bool, note: str) -> Answer:
