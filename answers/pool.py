@@ -9,6 +9,7 @@ import threading
 from typing import Any
 
 from django.db import connections
+from django.db.backends.sqlite3.base import DatabaseWrapper as SQLiteDatabase
 
 # SQLite: a connection per database file, held for the life of the process (see below).
 _sqlite_holders: dict[str, sqlite3.Connection] = {}
@@ -43,7 +44,7 @@ def database_sqlite_hold(*, alias: str = "default") -> bool:
     It reads nothing after opening and holds no transaction. False (nothing done) on
     another database or an in-memory one."""
     wrapper = connections[alias]
-    if wrapper.vendor != "sqlite" or wrapper.is_in_memory_db():
+    if not isinstance(wrapper, SQLiteDatabase) or wrapper.is_in_memory_db():
         return False
     name = str(wrapper.settings_dict["NAME"])
     options = wrapper.settings_dict.get("OPTIONS", {})

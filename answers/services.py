@@ -15,7 +15,9 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import (
     Count,
     F,
+    Field,
     Max,
+    Model,
     QuerySet,
 )
 from django.utils import timezone
@@ -390,11 +392,12 @@ def _prompt_sources_update(
         ignore_conflicts=True,  # already kept for an earlier answer
     )
     quote = connection.ops.quote_name
-    meta = RetrievedSource._meta
-    table = quote(meta.db_table)
+    table = quote(RetrievedSource._meta.db_table)
 
-    def column(name: str) -> str:
-        return quote(meta.get_field(name).column)
+    def column(name: str, model: type[Model] = RetrievedSource) -> str:
+        field = model._meta.get_field(name)
+        assert isinstance(field, Field) and field.column is not None
+        return quote(field.column)
 
     params: list[Any] = []
 
@@ -413,10 +416,9 @@ def _prompt_sources_update(
 
     rank = f"{table}.{column('rank')}"
     prompt_number = column("prompt_number")
-    passages = Passage._meta
     passage_of = (
-        f"SELECT {quote(passages.pk.column)} FROM {quote(passages.db_table)} "  # noqa: S608 (names quoted)
-        f"WHERE {quote(passages.get_field('digest').column)} = "
+        f"SELECT {column('id', Passage)} FROM {quote(Passage._meta.db_table)} "  # noqa: S608 (names quoted)
+        f"WHERE {column('digest', Passage)} = "
     )
     # In the statement's order: each ``case`` adds its parameters as it is written.
     assignments = [
