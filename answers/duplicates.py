@@ -19,10 +19,14 @@ import hashlib
 import heapq
 import re
 import struct
+from functools import lru_cache
 
 HASHES = 64
 SHINGLE_WORDS = 3
 _VALUE = struct.Struct(">Q")
+# Pairs compared lately: retrieval compares the same few documents' signatures answer after
+# answer (two unpacked signatures and a sort each time; a few per candidate).
+SIMILARITY_CACHE_SIZE = 4096
 _WORD = re.compile(r"\w+")
 
 
@@ -57,6 +61,11 @@ def signature_similarity(first: bytes | memoryview, second: bytes | memoryview) 
     """Estimated Jaccard similarity (0..1) of the two bodies whose signatures these are;
     0 when either has none (no words, or not computed), so a missing signature never makes
     a duplicate."""
+    return _similarity(bytes(first), bytes(second))
+
+
+@lru_cache(maxsize=SIMILARITY_CACHE_SIZE)
+def _similarity(first: bytes, second: bytes) -> float:
     a, b = _values(first), _values(second)
     if not a or not b:
         return 0.0
