@@ -69,7 +69,10 @@ async def guarded_stream(
                         raise GuardTripped(f"total duration over {limits.total_timeout:g}s")
                     wait = limits.idle_timeout if got_text else limits.first_token_timeout
                     try:
-                        item = await asyncio.wait_for(anext(stream), min(wait, remaining))
+                        # A timeout scope, not ``wait_for``: that wraps every delta in a
+                        # task of its own (and a turn of the loop to start it).
+                        async with asyncio.timeout(min(wait, remaining)):
+                            item = await anext(stream)
                     except StopAsyncIteration:
                         return
                     except TimeoutError:
