@@ -311,3 +311,28 @@ def test_a_started_server_opens_its_whole_pool_before_the_first_question(django_
         while opened() < 3 and time.monotonic() < deadline:
             time.sleep(0.05)
         assert opened() == 3  # no more than the pool's size either
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_started_server_on_sqlite_keeps_its_write_ahead_log(django_db_setup, corpus, asker):
+    """On SQLite daphne holds one connection open once it runs (``answers.pool``), so the
+    connections its questions open and close are never the last: a close does not
+    checkpoint the write-ahead log into the database and delete it (four disk syncs, on
+    the thread all database work shares) for the next connection to create it again."""
+    from pathlib import Path
+
+    from django.db import connections
+
+    from tests.live import run_live_server
+
+    if connections["default"].vendor != "sqlite":
+        pytest.skip("the write-ahead log is SQLite's")
+    token = _token(asker)
+    wal = Path(f"{connections['default'].settings_dict['NAME']}-wal")
+    with run_live_server(connections["default"].settings_dict) as server:
+        connections.close_all()  # this process's own connection keeps nothing open now
+        for i in range(3):
+            status, body = _ask_json(server, token, i)
+            assert status == 200, body
+            time.sleep(0.2)  # the server has closed what the question opened
+            assert wal.exists()
