@@ -503,12 +503,34 @@ async def _retrieve(**kwargs: Any) -> Retrieval:
     return await sync_to_async(_retrieve_apart, thread_sensitive=False, executor=executor)(**kwargs)
 
 
+def _start_first(*, user: User, question: str, started: float) -> AnswerRun:
+    """``start_answer``'s steps for a first question, in one call on the database thread."""
+    context = _context(user=user, conversation_id=None)
+    retrieval = retrieve_sources(user=user, question=question)
+    return _prepare(
+        user=user,
+        question=question,
+        context=context,
+        rewrite=_Rewrite(),
+        retrieval=retrieval,
+        retrieval_ms=_ms_since(started),
+        started=started,
+    )
+
+
 async def start_answer(
     *, user: User, question: object, conversation_id: uuid.UUID | None = None
 ) -> AnswerRun:
     """Validate, retrieve and store the question; raises ``AskRefused`` before any event."""
     cleaned = clean_question(question)
     started = time.perf_counter()
+    if conversation_id is None and _retrieval_executor() is None:
+        # A first question: no earlier turn to rewrite it with, and retrieval runs on the
+        # one database thread anyway. One step, so one connection: on SQLite each new one
+        # parses the whole schema again (ADR 0034).
+        return await sync_to_async(_then_release(_start_first))(
+            user=user, question=cleaned, started=started
+        )
     context = await sync_to_async(_then_release(_context))(
         user=user, conversation_id=conversation_id
     )
