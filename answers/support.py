@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 from .citations import iter_markers
 from .search.base import STOPWORDS
@@ -55,6 +56,9 @@ def _weighted_terms(text: str) -> dict[str, float]:
     return terms
 
 
+# The passages of the documents asked about most come back answer after answer: their
+# terms are worked out once while they do (keyed by the text alone; the result is immutable).
+@lru_cache(maxsize=2048)
 def passage_terms(text: str) -> frozenset[str]:
     words = _WORD.findall(text.lower())
     return frozenset(stem_text(" ".join(words)).split()) | {w for w in words if w.isdigit()}
