@@ -527,7 +527,7 @@ async def start_answer(
     if conversation_id is None and _retrieval_executor() is None:
         # A first question: no earlier turn to rewrite it with, and retrieval runs on the
         # one database thread anyway. One step, so one connection: on SQLite each new one
-        # parses the whole schema again (ADR 0034).
+        # parses the whole schema again (ADR 0035).
         return await sync_to_async(_then_release(_start_first))(
             user=user, question=cleaned, started=started
         )

@@ -1,5 +1,5 @@
 """The served process's database connections, readied when the server starts: the
-PostgreSQL pool opened full, or on SQLite one connection held open (ADR 0034)."""
+PostgreSQL pool opened full, or on SQLite one connection held open (ADR 0035)."""
 
 from __future__ import annotations
 

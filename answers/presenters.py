@@ -66,7 +66,7 @@ def snippet_of(excerpt: str) -> str:
 # Excerpts rendered lately. Keyed by the excerpt's whole text, nothing else: the rendering
 # is a function of that text alone, so a hit is exactly what rendering it again would give,
 # a changed passage (a document re-ingested) is a new key, and only a caller that already
-# holds the text can reach its entry (ADR 0034). Excerpts are at most EXCERPT_CHARS long.
+# holds the text can reach its entry (ADR 0035). Excerpts are at most EXCERPT_CHARS long.
 EXCERPT_CACHE_SIZE = 2048
 
 

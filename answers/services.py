@@ -281,7 +281,7 @@ def _retrieved_sources_insert(*, question_id: int, candidates: Sequence[Candidat
     """Store every candidate of a question with its fate, as ``bulk_create`` would (the same
     statements, in the same batches), written out: ``bulk_create`` prepared each of the
     forty rows' fourteen values one call at a time, 1.5 ms an answer on the one thread
-    database work shares (ADR 0034). The other columns get their defaults."""
+    database work shares (ADR 0035). The other columns get their defaults."""
     if not candidates:
         return
     fields = [field for field in RetrievedSource._meta.concrete_fields if not field.primary_key]
@@ -410,7 +410,7 @@ def _prompt_sources_update(
 
     The UPDATE is written out as SQL: as ORM ``Case``/``When`` expressions (one ``When``
     per passage and column, some fifty for six sources) Django spent milliseconds of the
-    one thread database work shares resolving and copying them for every answer (ADR 0034).
+    one thread database work shares resolving and copying them for every answer (ADR 0035).
     Each row finds its passage in the same statement, by the digest index."""
     members = [candidate for source in sources for candidate in source.candidates]
     digests = {candidate.rank: content_hash(candidate.text) for candidate in members}

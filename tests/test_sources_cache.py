@@ -1,4 +1,4 @@
-"""The Sources panel renders each excerpt once while it is shown often (ADR 0034): what a
+"""The Sources panel renders each excerpt once while it is shown often (ADR 0035): what a
 reader gets is what rendering it afresh gives, a re-ingested or withdrawn document shows
 as it is now, and nothing of a document a reader may not view reaches their panel, however
 warm the cache is with it from someone who may."""
