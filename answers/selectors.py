@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from django.conf import settings
 from django.contrib.auth import SESSION_KEY, get_backends, get_user_model
 from django.contrib.auth.backends import ModelBackend
-from django.contrib.auth.models import AnonymousUser, Permission, User
+from django.contrib.auth.models import AnonymousUser, Permission, PermissionsMixin, User
 from django.db.models import Count, Exists, Max, OuterRef, Q, QuerySet, Subquery
 
 from .conf import answers_settings
@@ -95,6 +95,8 @@ def user_ask_permission_rows(*, user: AnyUser) -> QuerySet[Permission] | None:
         or not user.is_active
         or getattr(user, "is_superuser", False)
         or hasattr(user, "_perm_cache")
+        # A user model with a has_perm of its own decides for itself.
+        or getattr(type(user), "has_perm", None) is not PermissionsMixin.has_perm
         or not _permissions_are_model_rows()
     ):
         return None

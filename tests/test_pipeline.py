@@ -208,6 +208,18 @@ def test_the_configured_auth_backends_decide_the_ask_permission(
         start(user=User.objects.get(pk=asker.pk), question="What is a lambda expression?")
 
 
+def test_a_user_model_that_decides_permissions_itself_is_asked(asker, monkeypatch):
+    """A user model's own ``has_perm`` (say, a suspended flag) is not bypassed by reading
+    the permission rows in the limits query."""
+
+    def suspended(self, perm, obj=None):  # type: ignore[no-untyped-def]
+        return False
+
+    monkeypatch.setattr(User, "has_perm", suspended)
+    with pytest.raises(pipeline.AskForbidden):
+        start(user=User.objects.get(pk=asker.pk), question="What is a lambda expression?")
+
+
 def test_superusers_may_ask(admin_user, scripted):
     scripted.script = ["ok [1]"]
     assert ask(user=admin_user, question="What is a lambda expression?").answer.status == "complete"
