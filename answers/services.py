@@ -278,10 +278,11 @@ def question_create(
 
 
 def _retrieved_sources_insert(*, question_id: int, candidates: Sequence[Candidate]) -> None:
-    """Store every candidate of a question with its fate, as ``bulk_create`` would (the same
-    statements, in the same batches), written out: ``bulk_create`` prepared each of the
-    forty rows' fourteen values one call at a time, 1.5 ms an answer on the one thread
-    database work shares (ADR 0035). The other columns get their defaults."""
+    """Store every candidate of a question with its fate, as ``bulk_create`` would, written
+    out: ``bulk_create`` prepared each of the forty rows' fourteen values one call at a
+    time, 1.5 ms an answer on the one thread database work shares (ADR 0035). The other
+    columns get their defaults. SQLite gets ``bulk_create``'s statements and batches;
+    PostgreSQL one statement of a column array each."""
     if not candidates:
         return
     fields = [field for field in RetrievedSource._meta.concrete_fields if not field.primary_key]
@@ -302,8 +303,25 @@ def _retrieved_sources_insert(*, question_id: int, candidates: Sequence[Candidat
     }
     quote = connection.ops.quote_name
     columns = ", ".join(quote(str(field.column)) for field in fields)
-    row = "(" + ", ".join(["%s"] * len(fields)) + ")"
     table = quote(RetrievedSource._meta.db_table)
+    if connection.vendor == "postgresql":
+        # One array a column: the driver quotes fourteen arrays instead of forty rows'
+        # 560 values (1.9 ms of the shared thread's CPU an answer, 0.7 ms this way; the
+        # server parses a short statement too: 1.1 ms of its CPU down to 0.75).
+        arrays = [
+            [given[field.attname](c) for c in candidates]
+            if field.attname in given
+            else [defaults[field.attname]] * len(candidates)
+            for field in fields
+        ]
+        casts = ", ".join(f"%s::{field.cast_db_type(connection)}[]" for field in fields)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"INSERT INTO {table} ({columns}) SELECT * FROM UNNEST({casts})",  # noqa: S608 (names quoted, values parameters)
+                arrays,
+            )
+        return
+    row = "(" + ", ".join(["%s"] * len(fields)) + ")"
     size = connection.ops.bulk_batch_size(fields, list(candidates)) or len(candidates)
     with connection.cursor() as cursor:
         for start in range(0, len(candidates), size):
