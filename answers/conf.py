@@ -272,18 +272,6 @@ SETTINGS: tuple[Setting, ...] = (
         env="ANSWERS_RETRIEVAL_THREADS",
     ),
     Setting(
-        "DATABASE_SWITCH_INTERVAL",
-        1.0,
-        "PostgreSQL: milliseconds a served process's thread may keep Python's interpreter "
-        "lock while a thread whose database reply has come waits for it (Python's own: 5). "
-        "Under load the event loop always wants the lock, so each round trip of the "
-        "database threads waited up to that long for it (ADR 0029). 0 leaves Python's. "
-        "Not applied on SQLite, whose calls run in the process and wait for nothing.",
-        0.0,
-        100,
-        env="ANSWERS_DATABASE_SWITCH_INTERVAL",
-    ),
-    Setting(
         "SHUTDOWN_GRACE",
         20.0,
         "Seconds a process told to stop (SIGTERM) lets its running answers finish; it takes "

@@ -1,6 +1,5 @@
 """The served process's database connections, readied when the server starts: the
-PostgreSQL pool opened full, or on SQLite one connection held open (ADR 0035), and on
-PostgreSQL the interpreter's switch interval shortened (ADR 0029)."""
+PostgreSQL pool opened full, or on SQLite one connection held open (ADR 0035)."""
 
 from __future__ import annotations
 
@@ -11,8 +10,6 @@ from typing import Any
 
 from django.db import connections
 from django.db.backends.sqlite3.base import DatabaseWrapper as SQLiteDatabase
-
-from .conf import answers_settings
 
 # SQLite: a connection per database file, held for the life of the process (see below).
 _sqlite_holders: dict[str, sqlite3.Connection] = {}
@@ -66,30 +63,10 @@ def database_sqlite_hold(*, alias: str = "default") -> bool:
     return True
 
 
-def database_switch_interval_set(*, alias: str = "default") -> bool:
-    """On PostgreSQL, ``sys.setswitchinterval(DATABASE_SWITCH_INTERVAL)``. Every database
-    step runs on a thread (the one all database work shares, the retrieval threads) and
-    sends its statements over a socket; while it waits for a reply the event loop takes
-    the interpreter lock, and under load it never gives it back of its own accord, so the
-    thread waits for Python to force a switch: 5 ms by default, after every round trip.
-    An ask makes some twenty of them on the shared thread, one after another, and every
-    other ask queues behind that thread. Measured with a busy event loop: 2.6-2.9 ms a
-    ``SELECT 1`` at 5 ms, 0.42 ms at 1 ms. SQLite's calls return before a switch is due
-    (0.05 ms either way), and a shorter interval there only cut the event loop's turns
-    finer (the in-memory stack's first token came later in paired runs), so it is left
-    alone. False (nothing done) on another database or with the setting 0."""
-    milliseconds = float(answers_settings.DATABASE_SWITCH_INTERVAL)
-    if milliseconds <= 0 or connections[alias].vendor != "postgresql":
-        return False
-    sys.setswitchinterval(milliseconds / 1000)
-    return True
-
-
 def database_open(*, alias: str = "default") -> None:
     """Ready ``alias`` for serving: its pool opened full (PostgreSQL), or a connection held
-    open (SQLite); on PostgreSQL the threads' round trips made cheap."""
+    open (SQLite)."""
     database_pool_open(alias=alias) or database_sqlite_hold(alias=alias)
-    database_switch_interval_set(alias=alias)
 
 
 def database_pool_open_on_startup() -> bool:

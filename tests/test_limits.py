@@ -313,32 +313,6 @@ def test_a_started_server_opens_its_whole_pool_before_the_first_question(django_
         assert opened() == 3  # no more than the pool's size either
 
 
-def test_a_served_process_on_postgresql_switches_threads_sooner(settings):
-    """A database thread whose reply has come gets the interpreter back within
-    ``DATABASE_SWITCH_INTERVAL`` instead of Python's 5 ms (answers.pool), on PostgreSQL,
-    where every statement is a round trip; SQLite's in-process calls keep Python's own."""
-    import sys
-
-    from django.db import connection
-
-    from answers.pool import database_switch_interval_set
-
-    before = sys.getswitchinterval()
-    try:
-        settings.ANSWERS = {**settings.ANSWERS, "DATABASE_SWITCH_INTERVAL": 1.0}
-        applied = database_switch_interval_set()
-        if connection.vendor == "postgresql":
-            assert applied and sys.getswitchinterval() == pytest.approx(0.001)
-        else:
-            assert not applied and sys.getswitchinterval() == before
-        sys.setswitchinterval(before)
-        settings.ANSWERS = {**settings.ANSWERS, "DATABASE_SWITCH_INTERVAL": 0.0}
-        assert not database_switch_interval_set()  # 0: Python's own, on any database
-        assert sys.getswitchinterval() == before
-    finally:
-        sys.setswitchinterval(before)
-
-
 @pytest.mark.django_db(transaction=True)
 def test_a_started_server_on_sqlite_keeps_its_write_ahead_log(django_db_setup, corpus, asker):
     """On SQLite daphne holds one connection open once it runs (``answers.pool``), so the
