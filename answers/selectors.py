@@ -6,10 +6,11 @@ import uuid
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 from importlib import import_module
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
-from django.contrib.auth import SESSION_KEY, get_backends, get_user_model
+from django.contrib.auth import get_backends, get_user, get_user_model
 from django.contrib.auth.backends import ModelBackend
 from django.contrib.auth.models import AnonymousUser, Permission, PermissionsMixin, User
 from django.db.models import Count, Exists, Max, OuterRef, Q, QuerySet, Subquery
@@ -397,14 +398,20 @@ def retrieved_sources_for_review(*, question_id: int, reviewer: AnyUser) -> list
 
 
 def user_get_current(*, user_id: int, session_key: str | None) -> Any:
-    """The user as of now, or None when their session (if any) no longer holds them or the
-    account was deactivated: a long-lived socket re-checks this before each ask."""
-    if session_key is not None:
-        # A fresh load: an expired or deleted session comes back empty.
-        store = import_module(settings.SESSION_ENGINE).SessionStore(session_key=session_key)
-        if str(store.load().get(SESSION_KEY)) != str(user_id):
-            return None
-    return get_user_model().objects.filter(pk=user_id, is_active=True).first()
+    """The user as of now, or None when their session (if any) no longer holds them, the
+    account was deactivated or its password changed since the session signed in: a
+    long-lived socket re-checks this before each ask, as each page request is checked."""
+    if session_key is None:
+        return get_user_model().objects.filter(pk=user_id, is_active=True).first()
+    # A fresh load: an expired or deleted session comes back empty. Then Django's own
+    # check of a request's session: the backend that signed it in still configured, and
+    # the password hash it keeps still the user's (a new password signs the other
+    # sessions out; a mismatch flushes the session, as the next page request would).
+    store = import_module(settings.SESSION_ENGINE).SessionStore(session_key=session_key)
+    user = get_user(SimpleNamespace(session=store))  # type: ignore[arg-type]
+    if not user.is_authenticated or str(user.pk) != str(user_id) or not user.is_active:
+        return None
+    return user
 
 
 _GAP_FIELDS = ("pk", "question_id", "question__text", "created_at", "status", "down", "support_min")

@@ -206,6 +206,19 @@ async def test_a_deactivated_users_socket_is_closed_at_the_next_question(corpus,
     assert (await comm.receive_output(timeout=5))["type"] == "websocket.close"
 
 
+async def test_a_password_change_closes_the_other_sessions_sockets(corpus, asker, client):
+    """A new password signs the user's other sessions out (Django keeps a hash of it in
+    each session and drops those that no longer match): a socket opened on one of them
+    is closed at its next question, as the session's next page request would be."""
+    comm = await connected(await session_socket(client, asker))
+    asker.set_password("a brand-new passphrase for the test")
+    await asker.asave(update_fields=["password"])
+    await comm.send_json_to({"type": "ask", "question": LAMBDA})
+    error = await comm.receive_json_from(timeout=5)
+    assert error["type"] == "error" and error["code"] == "signed_out"
+    assert (await comm.receive_output(timeout=5))["type"] == "websocket.close"
+
+
 async def test_group_changes_apply_to_the_next_question_on_an_open_socket(corpus, member, client):
     comm = await connected(await session_socket(client, member))
     question = "Nightjar zeppelin launch hangar"
