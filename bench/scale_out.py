@@ -14,6 +14,7 @@ run's own, deleted afterwards.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -74,15 +75,61 @@ def _figures(result: dict[str, Any]) -> tuple[float, float, float, int]:
     )
 
 
-def _stack(port: int, cookies: list[str], counts: tuple[int, ...]) -> dict[int, Any]:
-    from .streaming import _ask, _measure
+def _cpu_seconds(pid: int) -> float:
+    """A process's user + system CPU time so far (Linux; 0 where /proc is not there)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _redis_pids() -> list[int]:
+    """The local redis-server's process, when Redis runs on this machine."""
+    pids = []
+    for entry in Path("/proc").glob("[0-9]*/cmdline"):
+        with contextlib.suppress(OSError):
+            if entry.read_bytes().startswith(b"redis-server"):
+                pids.append(int(entry.parent.name))
+    return pids
+
+
+def _postgres_pids(database_url: str) -> list[int]:
+    """The server processes of the run's PostgreSQL database (its sessions: the pool)."""
+    from urllib.parse import urlsplit
+
+    name = urlsplit(database_url).path.lstrip("/")
+    with services.postgres_admin() as admin:
+        rows = admin.execute("SELECT pid FROM pg_stat_activity WHERE datname = %s", [name])
+        return [int(row[0]) for row in rows.fetchall()]
+
+
+def _stack(
+    port: int, cookies: list[str], counts: tuple[int, ...], database_url: str = ""
+) -> dict[int, Any]:
+    """Each count's streams, and the CPU an answer took: daphne's, and on PostgreSQL +
+    Redis their server processes' (on this machine they share its cores with daphne)."""
+    from .streaming import DAPHNE_PIDS, _ask, _measure
 
     url = f"ws://127.0.0.1:{port}/ws/answers/"
     out = {}
     for count in counts:
         print(f"[bench]   {count} clients", file=sys.stderr, flush=True)
+        processes = {"daphne": [DAPHNE_PIDS[port]]}
+        if database_url:
+            processes |= {"PostgreSQL": _postgres_pids(database_url), "Redis": _redis_pids()}
+        before = {name: sum(map(_cpu_seconds, pids)) for name, pids in processes.items()}
         out[count] = _measure(url, port, cookies[:count], [_ask(i) for i in range(count)])
+        out[count]["cpu_ms"] = {
+            name: (sum(map(_cpu_seconds, pids)) - before[name]) * 1000 / count
+            for name, pids in processes.items()
+        }
     return out
+
+
+def _cpu_note(result: dict[str, Any]) -> str:
+    return ", ".join(f"{name} {ms:.0f}" for name, ms in result.get("cpu_ms", {}).items())
 
 
 def _measure_apart(ports: list[int], cookies: list[str]) -> dict[str, Any]:
@@ -151,7 +198,7 @@ def run(dbs: Databases, log: Path, *, full: bool) -> list[Row]:
             }
             with daphne("config.asgi:application", dbs.main, log, env_extra=scaled) as port:
                 print("[bench]   PostgreSQL + Redis", file=sys.stderr, flush=True)
-                stacked = _stack(port, pg_cookies, counts)
+                stacked = _stack(port, pg_cookies, counts, database_url)
                 with daphne("config.asgi:application", dbs.main, log, env_extra=scaled) as other:
                     print(f"[bench]   two processes, {pair} clients", file=sys.stderr, flush=True)
                     both = _measure_apart([port, other], pg_cookies[:pair])
@@ -167,11 +214,15 @@ def run(dbs: Databases, log: Path, *, full: bool) -> list[Row]:
         )
         if failed:
             note += f"; failures: {_why(stacked[count])}"
+        cpu = (
+            f"CPU an answer (ms): {_cpu_note(stacked[count])}; in memory: {_cpu_note(alone[count])}"
+        )
         rows += [
             Row(SECTION, f"{count} answers, tokens/s, PostgreSQL + Redis", rate, m_rate,
                 "tokens/s", "in-memory stack", None, note=note),
             Row(SECTION, f"{count} answers, first token p50, PostgreSQL + Redis", p50, m_p50,
-                "ms", "in-memory stack", ("<=", 1.5) if count == counts[0] else None),
+                "ms", "in-memory stack", ("<=", 1.5) if count == counts[0] else None,
+                note=cpu),
             Row(SECTION, f"{count} answers, failures, PostgreSQL + Redis", failed, 0, "",
                 "none", None),
         ]  # fmt: skip

@@ -38,6 +38,8 @@ from .questions import LATENCY_QUESTIONS
 from .report import Row
 
 SECTION = "6. streaming over WebSocket (aggregate)"
+# The process id of each running daphne, by its port (section 11 reads their CPU time).
+DAPHNE_PIDS: dict[int, int] = {}
 REPO = Path(__file__).resolve().parent.parent
 RUN_TIMEOUT = 90.0
 # Issue 15: the share of the bare consumer's tokens/s the app must deliver, by clients.
@@ -94,8 +96,10 @@ def daphne(
             if time.monotonic() > deadline:
                 raise RuntimeError("daphne did not start listening")
             time.sleep(0.05)
+        DAPHNE_PIDS[port] = process.pid
         yield port
     finally:
+        DAPHNE_PIDS.pop(port, None)
         process.terminate()
         try:
             process.wait(10)
