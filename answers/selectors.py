@@ -6,14 +6,21 @@ import uuid
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 from importlib import import_module
-from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
-from django.contrib.auth import get_backends, get_user, get_user_model
+from django.contrib.auth import (
+    BACKEND_SESSION_KEY,
+    HASH_SESSION_KEY,
+    SESSION_KEY,
+    get_backends,
+    get_user_model,
+    load_backend,
+)
 from django.contrib.auth.backends import ModelBackend
 from django.contrib.auth.models import AnonymousUser, Permission, PermissionsMixin, User
 from django.db.models import Count, Exists, Max, OuterRef, Q, QuerySet, Subquery
+from django.utils.crypto import constant_time_compare
 
 from .conf import answers_settings
 from .gaps import GapQuestion
@@ -403,14 +410,31 @@ def user_get_current(*, user_id: int, session_key: str | None) -> Any:
     long-lived socket re-checks this before each ask, as each page request is checked."""
     if session_key is None:
         return get_user_model().objects.filter(pk=user_id, is_active=True).first()
-    # A fresh load: an expired or deleted session comes back empty. Then Django's own
-    # check of a request's session: the backend that signed it in still configured, and
-    # the password hash it keeps still the user's (a new password signs the other
-    # sessions out; a mismatch flushes the session, as the next page request would).
+    # A fresh load: an expired or deleted session comes back empty.
     store = import_module(settings.SESSION_ENGINE).SessionStore(session_key=session_key)
-    user = get_user(SimpleNamespace(session=store))  # type: ignore[arg-type]
-    if not user.is_authenticated or str(user.pk) != str(user_id) or not user.is_active:
+    session = store.load()
+    backend_path = session.get(BACKEND_SESSION_KEY)
+    if str(session.get(SESSION_KEY)) != str(user_id) or (
+        backend_path not in settings.AUTHENTICATION_BACKENDS
+    ):
         return None
+    # Django's check of a request's session (``django.contrib.auth.get_user``), read only:
+    # the backend that signed the session in still lets the user in, and the password
+    # hash the session keeps is still the user's (a new password signs the other sessions
+    # out), under the current secret key or one of its fallbacks. Django also flushes a
+    # failed session and re-keys one signed under a fallback; a page request does that,
+    # where the new cookie can reach the browser.
+    user = load_backend(backend_path).get_user(user_id)
+    if user is None or not user.is_active:
+        return None
+    if hasattr(user, "get_session_auth_hash"):
+        kept = session.get(HASH_SESSION_KEY)
+        fallbacks: Iterable[str] = getattr(user, "get_session_auth_fallback_hash", tuple)()
+        if not kept or not any(
+            constant_time_compare(kept, known)
+            for known in (user.get_session_auth_hash(), *fallbacks)
+        ):
+            return None
     return user
 
 

@@ -219,6 +219,24 @@ async def test_a_password_change_closes_the_other_sessions_sockets(corpus, asker
     assert (await comm.receive_output(timeout=5))["type"] == "websocket.close"
 
 
+async def test_a_rotated_secret_key_leaves_open_sockets_and_their_sessions_alone(
+    corpus, asker, client, settings
+):
+    """A session signed in under a secret key now among ``SECRET_KEY_FALLBACKS`` still
+    holds its user, and the socket's check only reads: Django re-keys such a session on a
+    page request, where the new cookie reaches the browser; re-keyed from the socket, the
+    browser's cookie would name a deleted session (signed out at its next page)."""
+    from django.contrib.sessions.models import Session
+
+    comm = await connected(await session_socket(client, asker))
+    settings.SECRET_KEY_FALLBACKS = [settings.SECRET_KEY]
+    settings.SECRET_KEY = "a rotated secret key for the test, " + "k" * 30
+    assert (await ask_on(comm, LAMBDA))[-1]["type"] == "done"
+    kept = client.cookies["sessionid"].value
+    assert await Session.objects.filter(session_key=kept).aexists()
+    await comm.disconnect()
+
+
 async def test_group_changes_apply_to_the_next_question_on_an_open_socket(corpus, member, client):
     comm = await connected(await session_socket(client, member))
     question = "Nightjar zeppelin launch hangar"
