@@ -201,6 +201,7 @@ def html_docs(root: Path, prefix: str) -> list[SourceDocument]:
                 relative.parts[0].startswith("_")
                 or any(f.startswith(".") or f in _INDEX_FOLDERS for f in folders)
                 or path.name in _INDEX_PAGES
+                or path.name.endswith(("_source.html", "-members.html"))  # doxygen's listings
                 or not path.is_file()  # octave's manuals are folders named *.html
             ):
                 continue
@@ -220,8 +221,13 @@ def django_docs() -> list[SourceDocument]:
 # python-scipy-doc python-pandas-doc python-sklearn-doc python-sympy-doc
 # python-statsmodels-doc python-astropy-doc python-sqlalchemy-doc sphinx-doc
 # python-flask-doc python-werkzeug-doc python-jinja2-doc nodejs-doc erlang-doc octave-doc
-# git-doc cppreference-doc-en-html openjdk-17-doc ghc-doc``. A set not installed is left
-# out: the figures say how many real chunks there were and how many copies were needed.
+# git-doc cppreference-doc-en-html openjdk-17-doc ghc-doc rust-doc libstdc++-12-doc
+# libboost1.81-doc libgtk-4-doc libglib2.0-doc cmake-doc python-dask-doc
+# python-xarray-doc python-pil-doc python-tornado-doc python-gevent-doc python-mpmath-doc
+# python-lxml-doc python-pytest-doc python-hypothesis-doc python-scrapy-doc python-ase-doc
+# python-biopython-doc python-cryptography-doc python-setuptools-doc maxima-doc``. A set
+# not installed is left out: the figures say how many real chunks there were and how many
+# copies were needed.
 MORE_HTML_DOC_ROOTS = {
     "postgresql-doc": Path("/usr/share/doc/postgresql-doc-15/html"),
     "scipy-doc": Path("/usr/share/doc/python-scipy-doc/html"),
@@ -242,6 +248,42 @@ MORE_HTML_DOC_ROOTS = {
     "cppreference": Path("/usr/share/cppreference/doc/html/en"),
     "openjdk-doc": Path("/usr/share/doc/openjdk-17-jre-headless/api"),
     "ghc-doc": Path("/usr/share/doc/ghc-doc/html"),
+    # rust-doc: the standard library (not core's thousands of generated intrinsic pages,
+    # nor alloc's, which std re-exports) and the books.
+    **{
+        f"rust-doc/{part}": Path("/usr/share/doc/rust-doc/html") / part
+        for part in (
+            "std",
+            "book",
+            "reference",
+            "rust-by-example",
+            "nomicon",
+            "edition-guide",
+            "embedded-book",
+            "rustc",
+            "rustdoc",
+        )
+    },
+    "libstdc++-doc": Path("/usr/share/doc/gcc-12-base/libstdc++"),
+    "boost-doc": Path("/usr/share/doc/libboost1.81-doc"),
+    "gtk4-doc": Path("/usr/share/doc/libgtk-4-doc"),
+    "gio-doc": Path("/usr/share/gtk-doc/html/gio"),
+    "cmake-doc": Path("/usr/share/doc/cmake-data/html"),
+    "dask-doc": Path("/usr/share/doc/python-dask-doc/html"),
+    "xarray-doc": Path("/usr/share/doc/python-xarray-doc/html"),
+    "pil-doc": Path("/usr/share/doc/python-pil-doc/html"),
+    "tornado-doc": Path("/usr/share/doc/python-tornado-doc/html"),
+    "gevent-doc": Path("/usr/share/doc/python-gevent-doc/html"),
+    "mpmath-doc": Path("/usr/share/doc/python-mpmath-doc/html"),
+    "lxml-doc": Path("/usr/share/doc/python-lxml/html"),
+    "pytest-doc": Path("/usr/share/doc/python-pytest-doc/html"),
+    "hypothesis-doc": Path("/usr/share/doc/python-hypothesis-doc/html"),
+    "scrapy-doc": Path("/usr/share/doc/python-scrapy-doc/html"),
+    "ase-doc": Path("/usr/share/doc/python-ase-doc/html"),
+    "biopython-doc": Path("/usr/share/doc/python-biopython-doc/Doc"),
+    "cryptography-doc": Path("/usr/share/doc/python-cryptography-doc/html"),
+    "setuptools-doc": Path("/usr/share/doc/python-setuptools-doc/html"),
+    "maxima-doc": Path("/usr/share/doc/maxima-doc/html"),
 }
 
 
