@@ -8,7 +8,9 @@
   ledger, so the index is only written, never read.
 - PostgreSQL only: the fill trigger computes the vector and its length in one statement
   (one executor run per chunk instead of two: the title lookup and the length's unnest were
-  separate queries). The same vector and length as before, bit for bit.
+  separate queries; ``OFFSET 0`` keeps the planner from inlining the vector into each of
+  its two uses, which computed it twice: 0.6x the ingest throughput). The same vector and
+  length as before, bit for bit.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ BEGIN
                ))), 'A')
                || setweight(to_tsvector('answers_english', answers_search_clean(NEW.text)), 'B')
                AS v
+        OFFSET 0  -- computed once: a subquery pulled up would compute v for each use
     ) AS x;
     RETURN NEW;
 END
