@@ -102,7 +102,7 @@ def test_search_length_counts_title_and_text_positions():
 
 
 def test_each_chunk_vector_and_length_are_migration_0004s_formula():
-    # Migration 0014 computes them in one statement: the same values as the two of 0004.
+    # The fill trigger's values, including after a document is renamed (its chunks re-filled).
     ingest_text("t:formula", "Café — naïve os.path", "Ünïcode words, os.path.join() and 3.14!")
     ingest_text("t:formula2", "Loops", "for x in range(10): print(x)  # a loop " * 20)
     Document.objects.filter(source_key="t:formula2").update(title="Renamed: while loops")
