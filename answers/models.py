@@ -53,7 +53,11 @@ class Document(models.Model):
 class Chunk(models.Model):
     """A passage of a document, as the search index holds it."""
 
-    document = models.ForeignKey(Document, on_delete=models.CASCADE, related_name="chunks")
+    # No index of its own: the unique (document, ordinal) index below serves lookups by
+    # document (migration 0014: one B-tree fewer written per chunk).
+    document = models.ForeignKey(
+        Document, on_delete=models.CASCADE, related_name="chunks", db_index=False
+    )
     ordinal = models.PositiveIntegerField()
     text = models.TextField()
     start = models.PositiveIntegerField(help_text="Offset of the chunk in the document body.")

@@ -101,6 +101,28 @@ def test_search_length_counts_title_and_text_positions():
     assert length == 6
 
 
+def test_each_chunk_vector_and_length_are_migration_0004s_formula():
+    # The fill trigger's values, including after a document is renamed (its chunks re-filled).
+    ingest_text("t:formula", "Café — naïve os.path", "Ünïcode words, os.path.join() and 3.14!")
+    ingest_text("t:formula2", "Loops", "for x in range(10): print(x)  # a loop " * 20)
+    Document.objects.filter(source_key="t:formula2").update(title="Renamed: while loops")
+    differ = _one(
+        """
+        SELECT count(*) FROM answers_chunk c JOIN answers_document d ON d.id = c.document_id
+        CROSS JOIN LATERAL (
+            SELECT setweight(to_tsvector('answers_english', answers_search_clean(d.title)), 'A')
+                   || setweight(to_tsvector('answers_english', answers_search_clean(c.text)),
+                                'B') AS v
+        ) AS f
+        WHERE c.search_vector IS DISTINCT FROM f.v OR c.search_length <> (
+            SELECT coalesce(sum(cardinality(positions)), 0) FROM unnest(f.v)
+        )
+        """
+    )
+    assert differ == 0
+    assert _one("SELECT count(*) FROM answers_chunk") > 0
+
+
 def test_the_migration_reverses_and_reapplies_with_existing_chunks():
     # PostgreSQL DDL is transactional: the test's transaction undoes all of this.
     executor = MigrationExecutor(connection)
