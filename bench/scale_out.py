@@ -278,6 +278,11 @@ def run(dbs: Databases, log: Path, *, full: bool) -> list[Row]:
             Row(SECTION, f"{count} answers, failures, PostgreSQL + Redis", failed, 0, "",
                 "none", None),
         ]  # fmt: skip
+        if count != counts[0]:
+            rows.append(
+                Row(SECTION, f"{count} answers, tokens/s against 50", rate, base_rate,
+                    "tokens/s", f"{counts[0]} answers, same stack", (">=", 0.9))
+            )  # fmt: skip
     _, p50, _, failed = _figures(stacked["cold"])
     _, m_p50, _, m_failed = _figures(alone["cold"])
     rows.append(
