@@ -390,6 +390,13 @@ class AnswerAdmin(admin.ModelAdmin):
 @admin.register(Document)
 class DocumentAdmin(admin.ModelAdmin):
     list_display = ("title", "access", "chunk_count", "source_key", "updated_at")
+
+    def view_on_site(self, obj: Document) -> str:
+        # The change form's link to the document's page. Not ``get_absolute_url`` on the
+        # model: with one, the admin's shortcut (/admin/r/<type>/<id>/) redirects for every
+        # existing id, whatever the reviewer may read, and so tells which ids exist.
+        return reverse("answers:document", kwargs={"document_id": obj.pk})
+
     list_filter = ("access", "groups")
     search_fields = ("title", "source_key", "url")
     filter_horizontal = ("groups",)
@@ -435,6 +442,20 @@ class ApiTokenAdmin(admin.ModelAdmin):
     actions = ["revoke_tokens"]
     list_select_related = ("user",)
 
+    def get_queryset(self, request: HttpRequest) -> QuerySet[ApiToken]:
+        # A token acts as its user: staff who are not superusers see and revoke their own.
+        tokens = super().get_queryset(request)
+        user = request.user
+        return tokens if user.is_superuser else tokens.filter(user_id=user.pk)
+
+    def formfield_for_foreignkey(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
+        if db_field.name == "user" and not request.user.is_superuser:
+            # Only for themselves (services.api_token_check_creator): no other user to pick.
+            kwargs["queryset"] = db_field.remote_field.model._default_manager.filter(
+                pk=request.user.pk
+            )
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)
+
     def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
         if obj is None:
             return ["user", "name"]
@@ -449,7 +470,11 @@ class ApiTokenAdmin(admin.ModelAdmin):
         if change:
             obj.save(update_fields=["name"])
             return
-        token, raw = services.api_token_create(user=obj.user, name=obj.name)
+        token, raw = services.api_token_create(
+            user=obj.user,
+            name=obj.name,
+            created_by=request.user,  # type: ignore[arg-type]
+        )
         # The admin logs and links the object it was given: make it the stored one.
         obj.pk, obj.token_hash, obj.prefix, obj.created_at = (
             token.pk,

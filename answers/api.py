@@ -15,7 +15,7 @@ from asgiref.sync import sync_to_async
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from ninja import Field, NinjaAPI, Path, Query, Schema, Status
-from pydantic import create_model
+from pydantic import create_model, field_validator
 
 from . import pipeline, presenters, selectors, services, streams
 from .auth import api_auth
@@ -91,6 +91,14 @@ class FeedbackIn(Schema):
 
     rating: Literal["up", "down"]
     comment: str | None = Field(None, max_length=4000)
+
+    @field_validator("comment")
+    @classmethod
+    def _no_nul(cls, value: str | None) -> str | None:
+        # PostgreSQL's text refuses NUL: a clear 422 here, not a 500 from the database.
+        if value is not None and "\x00" in value:
+            raise ValueError("The comment must not contain NUL characters.")
+        return value
 
 
 class FeedbackOut(Schema):

@@ -116,6 +116,20 @@ def user_ask_permission_rows(*, user: AnyUser) -> QuerySet[Permission] | None:
     )
 
 
+def _readers_only(queryset: QuerySet[Any], *, user: AnyUser) -> QuerySet[Any]:
+    """``queryset`` for a user who may ask, empty for one who may not: the app's pages, API
+    and socket are for those who may ask (docs/access.md), and someone whose permission was
+    revoked reads nothing more, their own old answers included. The permission is a
+    condition of the same query where it can be read as rows
+    (``user_ask_permission_rows``), so no read costs a query more; otherwise it is
+    ``user_can_ask``. Either way the reader gets what a missing object gives (``NotFound``,
+    an empty list): nothing depends on what exists."""
+    rows = user_ask_permission_rows(user=user)
+    if rows is not None:
+        return queryset.filter(Exists(rows))
+    return queryset if user_can_ask(user=user) else queryset.none()
+
+
 def document_visible_q(*, user: AnyUser) -> Q:
     """Documents ``user`` may view: open to everyone who may ask, or shared with a group."""
     if getattr(user, "is_superuser", False) and user.is_active:
@@ -167,7 +181,8 @@ def document_admin_queryset(*, reviewer: AnyUser) -> QuerySet[Document]:
 
 
 def document_get_visible(*, user: AnyUser, document_id: int) -> Document:
-    document = document_list_visible(user=user).filter(pk=document_id).first()
+    documents = _readers_only(document_list_visible(user=user), user=user)
+    document = documents.filter(pk=document_id).first()
     if document is None:
         raise NotFound
     return document
@@ -233,7 +248,8 @@ def candidates_for_hits(
 
 
 def conversation_get_for_user(*, conversation_id: uuid.UUID, user: AnyUser) -> Conversation:
-    conversation = Conversation.objects.filter(pk=conversation_id, owner_id=user.pk).first()
+    conversations = Conversation.objects.filter(pk=conversation_id, owner_id=user.pk)
+    conversation = _readers_only(conversations, user=user).first()
     if conversation is None:
         raise NotFound
     return conversation
@@ -263,7 +279,8 @@ def _answers_base() -> QuerySet[Answer]:
 
 
 def answer_get_for_user(*, answer_id: int, user: AnyUser) -> Answer:
-    answer = _answers_base().filter(pk=answer_id, question__user_id=user.pk or 0).first()
+    answers = _answers_base().filter(pk=answer_id, question__user_id=user.pk or 0)
+    answer = _readers_only(answers, user=user).first()
     if answer is None:
         raise NotFound
     return answer
@@ -275,7 +292,7 @@ def conversation_list_for_user(*, user: AnyUser) -> QuerySet[Conversation]:
     ``last_at``."""
     questions = Question.objects.filter(conversation=OuterRef("pk"))
     return (
-        Conversation.objects.filter(owner_id=user.pk or 0)
+        _readers_only(Conversation.objects.filter(owner_id=user.pk or 0), user=user)
         .annotate(question_count=Count("questions"), last_at=Max("questions__created_at"))
         .filter(question_count__gt=0)
         .annotate(
@@ -293,7 +310,8 @@ def conversation_answers_for_user(*, conversation: Conversation) -> QuerySet[Ans
 
 
 def answer_list_for_user(*, user: AnyUser) -> QuerySet[Answer]:
-    return _answers_base().filter(question__user_id=user.pk or 0).order_by("-created_at", "-id")
+    answers = _answers_base().filter(question__user_id=user.pk or 0)
+    return _readers_only(answers, user=user).order_by("-created_at", "-id")
 
 
 # What a viewer gets instead of an answer written from a source they may no longer view.

@@ -521,8 +521,26 @@ def _hash_token(raw: str) -> str:
     return hashlib.sha256(raw.encode()).hexdigest()
 
 
-def api_token_create(*, user: User, name: str) -> tuple[ApiToken, str]:
-    """A new token; the raw value is returned once and only its hash is stored."""
+class TokenNotPermitted(Exception):
+    """A token would let its creator act as another user."""
+
+
+def api_token_check_creator(*, creator: User, user: User) -> None:
+    """A token acts with all of its user's permissions, so only a superuser may create one
+    for someone else; any other staff member only for themselves. Raises
+    ``TokenNotPermitted``."""
+    if not (creator.is_superuser or creator.pk == user.pk):
+        raise TokenNotPermitted("Only a superuser may create a token for another user.")
+
+
+def api_token_create(
+    *, user: User, name: str, created_by: User | None = None
+) -> tuple[ApiToken, str]:
+    """A new token; the raw value is returned once and only its hash is stored.
+    ``created_by``: the staff member asking (``api_token_check_creator``); None for the
+    operator's ``manage.py createapitoken``."""
+    if created_by is not None:
+        api_token_check_creator(creator=created_by, user=user)
     raw = TOKEN_PREFIX + secrets.token_urlsafe(32)
     token = ApiToken.objects.create(
         user=user, name=name, token_hash=_hash_token(raw), prefix=raw[: len(TOKEN_PREFIX) + 6]

@@ -440,6 +440,67 @@ def test_added_token_is_named_with_its_prefix(admin_client, asker):  # type: ign
     assert entry.object_repr == str(token)
 
 
+def _token_staff(django_user_model):  # type: ignore[no-untyped-def]
+    """Staff who may add and view tokens, and nothing else."""
+    from django.contrib.auth.models import Permission
+
+    user = django_user_model.objects.create_user(username="tokens", password="pw", is_staff=True)
+    user.user_permissions.set(
+        Permission.objects.filter(codename__in=["add_apitoken", "view_apitoken"])
+    )
+    return user
+
+
+def test_staff_who_are_not_superusers_create_tokens_only_for_themselves(
+    client, django_user_model, admin_user, asker
+):  # type: ignore[no-untyped-def]
+    # A token acts with its user's permissions: one for the superuser would be theirs.
+    staff = _token_staff(django_user_model)
+    theirs, _ = services.api_token_create(user=asker, name="someone else's")
+    client.force_login(staff)
+    form = client.get(reverse("admin:answers_apitoken_add")).content.decode()
+    choices = set(re.findall(r'<option value="(\d+)"', form))
+    assert choices == {str(staff.pk)}  # nobody else to pick
+    for target in (admin_user, asker):
+        response = client.post(
+            reverse("admin:answers_apitoken_add"), {"user": target.pk, "name": "escalate"}
+        )
+        assert response.status_code == 200  # the form again, with its error
+        assert not ApiToken.objects.filter(name="escalate").exists()
+    response = client.post(reverse("admin:answers_apitoken_add"), {"user": staff.pk, "name": "own"})
+    assert response.status_code == 302
+    assert ApiToken.objects.get(name="own").user == staff
+    # Other users' tokens are neither listed nor opened.
+    listing = client.get(reverse("admin:answers_apitoken_changelist")).content.decode()
+    assert "someone else" not in listing and "own" in listing
+    change = client.get(reverse("admin:answers_apitoken_change", args=[theirs.pk]))
+    assert change.status_code == 302  # the admin's "does not exist" redirect
+    with pytest.raises(services.TokenNotPermitted):
+        services.api_token_create(user=admin_user, name="x", created_by=staff)
+
+
+def test_the_admin_shortcut_tells_no_document_id_apart(client):  # type: ignore[no-untyped-def]
+    from django.contrib.contenttypes.models import ContentType
+
+    restricted = Document.objects.create(
+        title="Vault", source_key="admin:vault", access=Document.Access.GROUPS, body="x"
+    )
+    client.force_login(staff_reviewer("outsider"))
+    kind = ContentType.objects.get_for_model(Document).pk
+    missing = restricted.pk + 1000
+    responses = [
+        client.get(reverse("admin:view_on_site", args=[kind, pk])).status_code
+        for pk in (restricted.pk, missing)
+    ]
+    assert responses == [404, 404]
+
+
+def test_the_document_change_form_links_its_page(admin_client):  # type: ignore[no-untyped-def]
+    document = Document.objects.create(title="Linked", source_key="admin:linked", body="x")
+    page = admin_client.get(reverse("admin:answers_document_change", args=[document.pk]))
+    assert reverse("answers:document", kwargs={"document_id": document.pk}) in page.content.decode()
+
+
 # ------------------------------------------- reviewers and access (issue 14, point 3)
 
 VAULT_QUESTION = "Where does the Nightjar zeppelin launch from?"

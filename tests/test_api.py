@@ -205,6 +205,8 @@ def test_feedback_validation_and_auth(client, asker, scripted):
         api_post(client, url, {"rating": "up", "comment": "x" * 4001}, **headers), 422
     )
     assert_json_error(api_post(client, url, {"comment": "no rating"}, **headers), 422)
+    # PostgreSQL's text cannot hold NUL: refused as invalid on every database, not a 500.
+    assert_json_error(api_post(client, url, {"rating": "up", "comment": "a\x00b"}, **headers), 422)
     assert_json_error(api_post(client, url, {"rating": "up"}), 401)
     assert not Feedback.objects.filter(answer_id=answer_id).exists()
     ok = api_post(client, url, {"rating": "up"}, **headers)

@@ -321,6 +321,78 @@ def test_someone_elses_answer_page_is_not_found(client, asker, two_answers):
     assert f"/conversations/{theirs.conversation_id}/" not in listing
 
 
+# --- reading is for those who may ask ---------------------------------------------------
+
+
+def _revoke_ask(user: User) -> User:
+    user.user_permissions.remove(Permission.objects.get(codename="ask_question"))
+    return User.objects.get(pk=user.pk)  # a fresh object: no permission cache
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("mode", AUTH_MODES)
+def test_a_user_whose_ask_permission_is_revoked_reads_nothing_more(
+    client, asker, two_answers, mode
+):
+    # docs/access.md: pages, API and socket are for those who may ask; a revoked user's own
+    # answers, conversations and the documents go as a missing id does, on every route.
+    mine, _ = two_answers
+    document = Document.objects.filter(access=Document.Access.EVERYONE).first()
+    assert document is not None
+    headers = _credentials(client, asker, mode)
+    assert client.get(f"/api/answers/{mine.answer_id}", **headers).status_code == 200
+
+    revoked = _revoke_ask(asker)
+    if mode == "session":
+        client.force_login(revoked)
+    missing = client.get(f"/api/answers/{_missing_id()}", **headers)
+    for path in (f"/api/answers/{mine.answer_id}", f"/api/answers/{mine.answer_id}/events"):
+        response = client.get(path, **headers)
+        assert (response.status_code, response.json()) == (404, missing.json()), path
+    assert client.get("/api/answers", **headers).json()["items"] == []
+    before = _counts()
+    feedback = f"/api/answers/{mine.answer_id}/feedback"
+    assert api_post(client, feedback, {"rating": "up"}, **headers).status_code == 404
+    stop = f"/api/answers/{mine.answer_id}/stop"
+    assert api_post(client, stop, {}, **headers).status_code == 404
+    assert _counts() == before
+    assert selectors.answer_list_for_user(user=revoked).count() == 0
+    if mode == "session":
+        for path in (
+            f"/answers/{mine.answer_id}/",
+            f"/conversations/{mine.conversation_id}/",
+            f"/documents/{document.pk}/",
+        ):
+            assert client.get(path).status_code == 404, path
+        assert (
+            f"/conversations/{mine.conversation_id}/"
+            not in client.get("/answers/").content.decode()
+        )
+
+
+@pytest.mark.django_db
+def test_a_user_who_may_not_ask_cannot_walk_the_documents(client, no_ask_user):
+    client.force_login(no_ask_user)
+    document = Document.objects.filter(access=Document.Access.EVERYONE).first()
+    assert document is not None
+    assert client.get(f"/documents/{document.pk}/").status_code == 404
+    missing = (Document.objects.order_by("-pk").values_list("pk", flat=True).first() or 0) + 1
+    assert client.get(f"/documents/{missing}/").status_code == 404
+
+
+@pytest.mark.django_db
+def test_reads_cost_no_query_for_the_ask_permission(asker, two_answers):
+    # The permission is a condition of the read's own query (where it can be read as rows).
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    mine, _ = two_answers
+    fresh = User.objects.get(pk=asker.pk)
+    with CaptureQueriesContext(connection) as queries:
+        selectors.answer_get_for_user(answer_id=mine.answer_id, user=fresh)
+    assert len(queries) == 1
+
+
 @pytest.mark.django_db(transaction=True)
 async def test_asking_in_someone_elses_conversation_over_the_socket_is_not_found(
     corpus, asker, other_asker
