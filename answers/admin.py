@@ -390,13 +390,6 @@ class AnswerAdmin(admin.ModelAdmin):
 @admin.register(Document)
 class DocumentAdmin(admin.ModelAdmin):
     list_display = ("title", "access", "chunk_count", "source_key", "updated_at")
-
-    def view_on_site(self, obj: Document) -> str:
-        # The change form's link to the document's page. Not ``get_absolute_url`` on the
-        # model: with one, the admin's shortcut (/admin/r/<type>/<id>/) redirects for every
-        # existing id, whatever the reviewer may read, and so tells which ids exist.
-        return reverse("answers:document", kwargs={"document_id": obj.pk})
-
     list_filter = ("access", "groups")
     search_fields = ("title", "source_key", "url")
     filter_horizontal = ("groups",)
@@ -429,6 +422,12 @@ class DocumentAdmin(admin.ModelAdmin):
     def chunk_count(self, obj: Document) -> int:
         total = getattr(obj, "chunks_total", None)
         return total if total is not None else (obj.chunks.count() if obj.pk else 0)
+
+    def view_on_site(self, obj: Document) -> str:
+        # The change form's link to the document's page. Not ``get_absolute_url`` on the
+        # model: with one, the admin's shortcut (/admin/r/<type>/<id>/) redirects for every
+        # existing id, whatever the reviewer may read, and so tells which ids exist.
+        return reverse("answers:document", kwargs={"document_id": obj.pk})
 
     def save_model(self, request: HttpRequest, obj: Document, form: Any, change: bool) -> None:
         services.document_save(document=obj, chunk_size=int(answers_settings.CHUNK_SIZE))
