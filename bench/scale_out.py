@@ -15,10 +15,12 @@ run's own, deleted afterwards.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -83,6 +85,18 @@ def _median_round(results: list[dict[str, Any]]) -> dict[str, Any]:
     middle = dict(ranked[len(ranked) // 2])
     middle["all_rounds"] = results
     return middle
+
+
+def taking_turns(
+    bursts: dict[str, Callable[[], dict[str, Any]]], rounds: int
+) -> dict[str, list[dict[str, Any]]]:
+    """Each named burst ``rounds`` times, in turns, the order reversed every round, so that
+    drift in this machine's load hits each alike (section 11 and ``bench.scale_out_ab``)."""
+    results: dict[str, list[dict[str, Any]]] = {name: [] for name in bursts}
+    for index in range(rounds):
+        for name in list(bursts) if index % 2 == 0 else list(reversed(bursts)):
+            results[name].append(bursts[name]())
+    return results
 
 
 def _failed(result: dict[str, Any]) -> int:
@@ -197,7 +211,6 @@ def run(dbs: Databases, log: Path, *, full: bool) -> list[Row]:
     rows = []
     alone: dict[Any, Any] = {}
     stacked: dict[Any, Any] = {}
-    rounds: list[tuple[dict[str, Any], dict[str, Any]]] = []
     try:
         with contextlib.ExitStack() as servers:
             mem_port = servers.enter_context(
@@ -228,16 +241,15 @@ def run(dbs: Databases, log: Path, *, full: bool) -> list[Row]:
             # Both servers run all along and take turns, the first count in paired rounds
             # (this machine's load drifts between one burst and the next: the figure is the
             # median of each stack's rounds, and every round's ratio is in the notes).
-            for index in range(PAIRED_ROUNDS):
-                order = list(stacks) if index % 2 == 0 else list(reversed(stacks))
-                measured = {}
-                for name in order:
-                    at, keys, url = stacks[name]
-                    print(f"[bench]   {name}, round {index + 1}", file=sys.stderr, flush=True)
-                    measured[name] = _burst(at, keys, counts[0], url)
-                rounds.append((measured["in-memory"], measured["PostgreSQL + Redis"]))
-            alone[counts[0]] = _median_round([m for m, _ in rounds])
-            stacked[counts[0]] = _median_round([p for _, p in rounds])
+            paired = taking_turns(
+                {
+                    name: functools.partial(_burst, at, keys, counts[0], url)
+                    for name, (at, keys, url) in stacks.items()
+                },
+                PAIRED_ROUNDS,
+            )
+            alone[counts[0]] = _median_round(paired["in-memory"])
+            stacked[counts[0]] = _median_round(paired["PostgreSQL + Redis"])
             for count in counts[1:]:
                 for name, (at, keys, url) in stacks.items():
                     print(f"[bench]   {name}", file=sys.stderr, flush=True)

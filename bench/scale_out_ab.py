@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import os
 import statistics
 import sys
 from pathlib import Path
+from typing import Any
 
 
 def _checkouts(specs: list[str]) -> dict[str, tuple[str, dict[str, str]]]:
@@ -50,7 +52,7 @@ def main(argv: list[str]) -> None:
     django.setup()
     from . import services
     from .postgres import _database
-    from .scale_out import LIMITS, _burst, _figures, _setup_child
+    from .scale_out import LIMITS, _burst, _figures, _setup_child, taking_turns
 
     services.require_redis()
     log = Path("/tmp/scale-out-ab-daphne.log")
@@ -79,19 +81,23 @@ def main(argv: list[str]) -> None:
             }  # fmt: skip
             for port in ports.values():  # the first burst pays the process's start
                 _burst(port, cookies, args.answers, url)
-            for index in range(args.rounds):
-                names = list(ports) if index % 2 == 0 else list(reversed(ports))
-                for name in names:
-                    result = _burst(ports[name], cookies, args.answers, url)
-                    rate, p50, p99, failed = _figures(result)
-                    cpu = ", ".join(f"{k} {v:.0f}" for k, v in result["cpu_ms"].items())
-                    medians[name].append(p50)
-                    print(
-                        f"round {index + 1} {name}: first token p50 {p50:,.0f} ms, p99 "
-                        f"{p99:,.0f}; {rate:,.0f} tokens/s; {failed} failed; CPU an answer "
-                        f"(ms): {cpu}",
-                        flush=True,
-                    )
+
+            def burst(name: str) -> dict[str, Any]:
+                result = _burst(ports[name], cookies, args.answers, url)
+                rate, p50, p99, failed = _figures(result)
+                cpu = ", ".join(f"{k} {v:.0f}" for k, v in result["cpu_ms"].items())
+                print(
+                    f"{name}: first token p50 {p50:,.0f} ms, p99 {p99:,.0f}; "
+                    f"{rate:,.0f} tokens/s; {failed} failed; CPU an answer (ms): {cpu}",
+                    flush=True,
+                )
+                return result
+
+            rounds = taking_turns(
+                {name: functools.partial(burst, name) for name in ports}, args.rounds
+            )
+            for name, results in rounds.items():
+                medians[name] = [_figures(result)[1] for result in results]
     finally:
         services.delete_redis_keys(prefix)
     for name, values in medians.items():
