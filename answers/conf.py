@@ -240,6 +240,16 @@ SETTINGS: tuple[Setting, ...] = (
         env="ANSWERS_STREAM_COALESCE_MS",
     ),
     Setting(
+        "PREPARING_PAUSE_MS",
+        100,
+        "While questions wait to be prepared in a process, its answers already streaming "
+        "pause up to this many milliseconds between events, so new questions reach their "
+        "first token sooner (0: never pause; ADR 0036).",
+        0,
+        1000,
+        env="ANSWERS_PREPARING_PAUSE_MS",
+    ),
+    Setting(
         "STREAM_CACHE",
         "default",
         "Cache alias holding each answer's stream log, so a reconnecting client replays "
@@ -255,8 +265,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "MAX_PROCESS_STREAMS",
         1000,
-        "Answers one process generates at once; a question beyond them is refused before "
-        "anything is stored (503 with Retry-After, or the socket's error 'busy').",
+        "Answers one process generates or prepares at once; a question beyond them is "
+        "refused before anything is stored (503 with Retry-After, or the socket's error "
+        "'busy').",
         1,
         100_000,
         env="ANSWERS_MAX_PROCESS_STREAMS",

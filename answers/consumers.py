@@ -146,21 +146,23 @@ class AnswerConsumer(AsyncJsonWebsocketConsumer):
         return user
 
     async def _answer(self, question: object, conversation_id: uuid.UUID | None) -> None:
-        user = await self._user_now()
-        if user is None:
-            return
-        try:
-            asked = await streams.answer_stream_begin(
-                user=user, question=question, conversation_id=conversation_id
-            )
-        except pipeline.AskRefused as exc:
-            await self._error(exc.message, exc.code, last=True)
-            return
-        except Exception:
-            # A bug must still end the ask with a reply, not leave the client waiting.
-            logger.exception("Starting an answer failed")
-            await self._error(pipeline.GENERIC_ERROR, "failed", last=True)
-            return
+        # The user check is part of preparing the question: in its turn, oldest ask first.
+        async with pipeline.preparing_lane().turn():
+            user = await self._user_now()
+            if user is None:
+                return
+            try:
+                asked = await streams.answer_stream_begin(
+                    user=user, question=question, conversation_id=conversation_id
+                )
+            except pipeline.AskRefused as exc:
+                await self._error(exc.message, exc.code, last=True)
+                return
+            except Exception:
+                # A bug must still end the ask with a reply, not leave the client waiting.
+                logger.exception("Starting an answer failed")
+                await self._error(pipeline.GENERIC_ERROR, "failed", last=True)
+                return
         # Only now may "stop" go to the answer: before, the generation was not listening.
         self.answer_id = asked.answer_id
         if self.stop_requested:  # "stop" came while the question was being prepared

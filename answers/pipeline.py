@@ -37,6 +37,7 @@ from .events import (
     TokenEvent,
 )
 from .guards import GuardTripped, StreamLimits, guarded_stream
+from .lane import Lane, lane_for_loop
 from .models import Answer, Conversation
 from .prompt import PriorTurn, Prompt, RewritePrompt
 from .providers.base import ProviderError, QuestionRewriter, Usage
@@ -374,17 +375,12 @@ def _context(*, user: User, conversation_id: uuid.UUID | None) -> _Context:
     return _Context(conversation=conversation, history=history)
 
 
-async def _standalone(*, question: str, history: list[PriorTurn]) -> _Rewrite:
-    """A follow-up rewritten to stand alone, when ``REWRITE_FOLLOWUPS`` is on and the
-    provider can. Bounded by ``REWRITE_TIMEOUT``; on any failure the question is searched
-    as it is (with the turn before) and the reason is kept for the admin."""
-    provider = get_provider()
-    if (
-        not history
-        or not answers_settings.REWRITE_FOLLOWUPS
-        or not isinstance(provider, QuestionRewriter)
-    ):
-        return _Rewrite()
+async def _standalone(
+    provider: QuestionRewriter, *, question: str, history: list[PriorTurn]
+) -> _Rewrite:
+    """A follow-up rewritten to stand alone by ``provider`` (``_rewrites``). Bounded by
+    ``REWRITE_TIMEOUT``; on any failure the question is searched as it is (with the turn
+    before) and the reason is kept for the admin."""
     started = time.perf_counter()
     prompt = RewritePrompt(question=question, history=tuple(history))
     try:
@@ -518,41 +514,63 @@ def _start_first(*, user: User, question: str, started: float) -> AnswerRun:
     )
 
 
+def preparing_lane() -> Lane:
+    """This event loop's preparing lane (``answers.lane``): enough asks at once to keep
+    every thread they use busy (the shared database thread and, on PostgreSQL, the
+    retrieval threads), few enough that each runs to its end before later ones begin."""
+    threads = int(answers_settings.RETRIEVAL_THREADS) if _retrieval_executor() else 0
+    return lane_for_loop(capacity=threads + 2)
+
+
+def _rewrites(history: list[PriorTurn]) -> QuestionRewriter | None:
+    """The provider that rewrites this follow-up, if one does (``REWRITE_FOLLOWUPS``)."""
+    provider = get_provider()
+    if history and answers_settings.REWRITE_FOLLOWUPS and isinstance(provider, QuestionRewriter):
+        return provider
+    return None
+
+
 async def start_answer(
     *, user: User, question: object, conversation_id: uuid.UUID | None = None
 ) -> AnswerRun:
-    """Validate, retrieve and store the question; raises ``AskRefused`` before any event."""
+    """Validate, retrieve and store the question; raises ``AskRefused`` before any event.
+    Its steps take a turn in the preparing lane (a transport may have taken it already)."""
     cleaned = clean_question(question)
     started = time.perf_counter()
-    if conversation_id is None and _retrieval_executor() is None:
-        # A first question: no earlier turn to rewrite it with, and retrieval runs on the
-        # one database thread anyway. One step, so one connection: on SQLite each new one
-        # parses the whole schema again (ADR 0035).
-        return await sync_to_async(_then_release(_start_first))(
-            user=user, question=cleaned, started=started
+    lane = preparing_lane()
+    async with lane.turn():
+        if conversation_id is None and _retrieval_executor() is None:
+            # A first question: no earlier turn to rewrite it with, and retrieval runs on
+            # the one database thread anyway. One step, so one connection: on SQLite each
+            # new one parses the whole schema again (ADR 0035).
+            return await sync_to_async(_then_release(_start_first))(
+                user=user, question=cleaned, started=started
+            )
+        context = await sync_to_async(_then_release(_context))(
+            user=user, conversation_id=conversation_id
         )
-    context = await sync_to_async(_then_release(_context))(
-        user=user, conversation_id=conversation_id
-    )
-    # Between the two database steps, on the event loop: a rewrite waits on the network,
-    # never on the one thread database work shares.
-    rewrite = await _standalone(question=cleaned, history=context.history)
-    history = context.history
-    retrieval = await _retrieve(
-        user=user,
-        question=cleaned,
-        previous_question=history[-1].question if history else None,
-        standalone=rewrite.text,
-    )
-    return await sync_to_async(_then_release(_prepare))(
-        user=user,
-        question=cleaned,
-        context=context,
-        rewrite=rewrite,
-        retrieval=retrieval,
-        retrieval_ms=_ms_since(started),
-        started=started,
-    )
+        history = context.history
+        rewrite = _Rewrite()
+        rewriter = _rewrites(history)
+        if rewriter is not None:
+            # Waits on the network: off the database thread, and out of the lane meanwhile.
+            async with lane.aside():
+                rewrite = await _standalone(rewriter, question=cleaned, history=history)
+        retrieval = await _retrieve(
+            user=user,
+            question=cleaned,
+            previous_question=history[-1].question if history else None,
+            standalone=rewrite.text,
+        )
+        return await sync_to_async(_then_release(_prepare))(
+            user=user,
+            question=cleaned,
+            context=context,
+            rewrite=rewrite,
+            retrieval=retrieval,
+            retrieval_ms=_ms_since(started),
+            started=started,
+        )
 
 
 def _stored_payload(answer_id: int, user: User) -> AnswerPayload:

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import asyncio
 import time
 
 import pytest
@@ -336,3 +337,39 @@ def test_a_started_server_on_sqlite_keeps_its_write_ahead_log(django_db_setup, c
             assert status == 200, body
             time.sleep(0.2)  # the server has closed what the question opened
             assert wal.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_questions_being_prepared_count_toward_the_process_capacity(
+    corpus, asker, other_asker, scripted, settings
+):
+    """A burst is refused beyond MAX_PROCESS_STREAMS even before any of it streams: asks
+    still being prepared (in the preparing lane) count, the asker's own not."""
+    from answers import pipeline, streams
+
+    settings.ANSWERS = {**settings.ANSWERS, "MAX_PROCESS_STREAMS": 1}
+    lane = pipeline.preparing_lane()
+    inside, release = asyncio.Event(), asyncio.Event()
+
+    async def preparing() -> None:  # another ask, between its steps
+        async with lane.turn():
+            inside.set()
+            await release.wait()
+
+    other = asyncio.ensure_future(preparing())
+    await inside.wait()
+    try:
+        with pytest.raises(streams.ServerBusy):
+            await streams.answer_stream_begin(
+                user=other_asker, question="What is a lambda?", conversation_id=None
+            )
+        assert await Question.objects.acount() == 0
+    finally:
+        release.set()
+        await other
+    # Its own turn does not count against itself.
+    async with lane.turn():
+        asked = await streams.answer_stream_begin(
+            user=asker, question="What is a lambda?", conversation_id=None
+        )
+    assert [e async for e in asked.events][-1].event.type == "done"

@@ -443,3 +443,59 @@ async def test_followers_elsewhere_joining_mid_answer_get_every_event_once(
     whole = [e.to_dict() for e in seen]
     assert [e.to_dict() for e in late[0]] == whole
     assert [e.to_dict() for e in late[1]] == whole[20:]
+
+
+async def test_a_running_answer_steps_aside_between_events_only_after_its_first_token(
+    corpus, asker, scripted, settings, monkeypatch
+):
+    """New questions first (ADR 0036): a running answer pauses while asks wait for the
+    preparing lane, but never before its own first token (that wait is what it saves)."""
+    from answers.streams import generation
+
+    scripted.script = ["One [1]. ", "Two. ", "Three. ", "Four."]
+    published: list[str] = []
+    paused_before: list[int] = []
+    original_publish = generation.Publisher.publish
+
+    async def publish(self, event):  # type: ignore[no-untyped-def]
+        published.append(event.type)
+        await original_publish(self, event)
+
+    async def step_aside(*, max_wait: float) -> None:
+        assert max_wait == 0.1  # PREPARING_PAUSE_MS
+        paused_before.append(len(published))
+
+    monkeypatch.setattr(generation.Publisher, "publish", publish)
+    monkeypatch.setattr(generation, "step_aside", step_aside)
+    asked = await streams.answer_stream_begin(user=asker, question=QUESTION, conversation_id=None)
+    events = [e.event.type async for e in asked.events]
+    assert events == published
+    assert events[:2] == ["references", "token"]
+    # Before every event after the first token, and before none of the first two.
+    assert paused_before == list(range(2, len(events)))
+
+
+async def test_an_answer_ends_while_the_lane_stays_full_each_pause_is_bounded(
+    corpus, asker, scripted, settings
+):
+    settings.ANSWERS = {**settings.ANSWERS, "PREPARING_PAUSE_MS": 20}
+    scripted.script = ["One [1]. ", "Two. ", "Three."]
+    asked = await streams.answer_stream_begin(user=asker, question=QUESTION, conversation_id=None)
+    lane = pipeline.preparing_lane()
+    release = asyncio.Event()
+
+    async def hold() -> None:
+        async with lane.turn():
+            await release.wait()
+
+    # Every place taken and one more ask waiting, for as long as the answer runs.
+    holders = [asyncio.ensure_future(hold()) for _ in range(lane.capacity + 1)]
+    await asyncio.sleep(0)
+    assert lane.waiting == 1
+    try:
+        events = [e.event async for e in asked.events]
+    finally:
+        release.set()
+        await asyncio.gather(*holders)
+    assert events[-1].type == "done"
+    assert events[-1].answer.text == "One [1]. Two. Three."

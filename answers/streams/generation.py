@@ -17,7 +17,8 @@ from asgiref.sync import sync_to_async
 
 from .. import pipeline
 from ..conf import answers_settings
-from ..events import ErrorEvent, Event, StreamEvent
+from ..events import ErrorEvent, Event, StreamEvent, TokenEvent
+from ..lane import lane_of_loop, step_aside
 from ..models import Answer
 from .log import (
     control_group,
@@ -95,10 +96,13 @@ draining = False
 
 def answer_streams_check_accepting() -> None:
     """Raise ``ServerDraining`` once this process has begun shutting down, ``ServerBusy``
-    while it generates ``MAX_PROCESS_STREAMS`` answers."""
+    while it generates or prepares ``MAX_PROCESS_STREAMS`` answers (the asker's own
+    preparation not counted)."""
     if draining:
         raise ServerDraining(DRAINING_MESSAGE, retry_after=DRAINING_RETRY_AFTER)
-    if len(running) >= int(answers_settings.MAX_PROCESS_STREAMS):
+    lane = lane_of_loop()
+    preparing = lane.others() if lane is not None else 0
+    if len(running) + preparing >= int(answers_settings.MAX_PROCESS_STREAMS):
         raise ServerBusy(BUSY_MESSAGE, retry_after=BUSY_RETRY_AFTER)
 
 
@@ -313,6 +317,8 @@ async def _generate(run: pipeline.AnswerRun, control: str | None, local: LocalSt
 
 async def _produce(run: pipeline.AnswerRun, publisher: Publisher) -> None:
     window = int(answers_settings.STREAM_COALESCE_MS) / 1000
+    pause = int(answers_settings.PREPARING_PAUSE_MS) / 1000
+    first_token_out = False
     try:
         # Closed explicitly: a stop that lands while an event is being published must
         # still run the pipeline's clean-up (store the partial answer) now, not at GC.
@@ -322,9 +328,14 @@ async def _produce(run: pipeline.AnswerRun, publisher: Publisher) -> None:
             aclosing(pipeline.coalesced(events, window=window)) as stream,
         ):
             async for event in stream:
+                if first_token_out:
+                    # New questions first (ADR 0036); never before this answer's own first
+                    # token, whose wait is what the pause saves.
+                    await step_aside(max_wait=pause)
                 if publisher.stopping:
                     break  # closing the pipeline stores the partial answer as interrupted
                 await publisher.publish(event)
+                first_token_out = first_token_out or isinstance(event, TokenEvent)
     except asyncio.CancelledError:
         raise
     except Exception:
