@@ -2,8 +2,9 @@
 
 ``python -m bench.scale_out_ab NAME=PATH[@VAR=VALUE...] NAME=PATH... [--rounds N] [--answers N]``
 
-One daphne per NAME on PostgreSQL + Redis, each running the code at PATH (its
-``PYTHONPATH``) with the extra environment given after ``@`` (``B=/work/main@PGOPTIONS=-c
+One daphne per NAME on PostgreSQL + Redis, each running the code at PATH (its working
+directory and ``PYTHONPATH``: daphne puts "." first on ``sys.path``; until 2026-12-07 every
+daphne ran this checkout's code whatever PATH said, see ADR 0029) with the extra environment given after ``@`` (``B=/work/main@PGOPTIONS=-c
 synchronous_commit=off``), all on one database and one Redis, all up at once. Each is
 warmed with one round, then the rounds of N answers asked at once take turns (the order
 reversed every round), so drift in the machine's load hits every checkout alike. Prints

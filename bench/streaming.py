@@ -61,7 +61,10 @@ def daphne(
     provider: str = "",
     coalesce_ms: int = 0,
     env_extra: dict[str, str] | None = None,
+    checkout: Path = REPO,
 ) -> Iterator[int]:
+    """A daphne serving ``app`` from ``checkout``'s code (its working directory: daphne puts
+    "." first on ``sys.path``, ahead of ``PYTHONPATH`` and the editable install)."""
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if k not in ("ANSWERS_PROVIDER", "ANSWERS_MODEL")}
     env.update(
@@ -70,7 +73,7 @@ def daphne(
         DJANGO_SECURE_COOKIES="0",  # plain http: a Secure cookie would never be sent
         ANSWERS_EXTRACTIVE_DELAY="0",
         DJANGO_LOG_LEVEL="WARNING",
-        PYTHONPATH=str(REPO),
+        PYTHONPATH=str(checkout),
     )
     # tests.settings keeps retrieval on the test's own connection (RETRIEVAL_THREADS 0);
     # a served process has the product's default, so the bench measures that.
@@ -83,7 +86,7 @@ def daphne(
     command += ["-b", "127.0.0.1", "-p", str(port), app]
     with log.open("ab") as output:
         process = subprocess.Popen(
-            command, cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=output,
+            command, cwd=checkout, env=env, stdin=subprocess.DEVNULL, stdout=output,
             stderr=subprocess.STDOUT,
         )  # fmt: skip
     try:
