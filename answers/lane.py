@@ -20,7 +20,7 @@ import contextvars
 import heapq
 import itertools
 import weakref
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 
@@ -70,16 +70,22 @@ class Lane:
         return self._live
 
     @asynccontextmanager
-    async def turn(self, *, key: float | None = None) -> AsyncIterator[None]:
+    async def turn(
+        self,
+        *,
+        key: float | None = None,
+        before_waiting: Callable[[], Awaitable[object]] | None = None,
+    ) -> AsyncIterator[None]:
         """Hold a place for the block; a block nested in one that holds this lane already
-        (in the same task) shares that place."""
+        (in the same task) shares that place. ``before_waiting`` runs only when the place
+        is not free at once (to give back what the waiting would hold: a connection)."""
         held = _held_here(self)
         if held is not None and held.owned:
             yield
             return
         if key is None:
             key = asyncio.get_running_loop().time()
-        await self._acquire(key)
+        await self._acquire(key, before_waiting)
         hold = _Hold(self, key, asyncio.current_task())
         token = _holding.set(hold)
         try:
@@ -103,7 +109,9 @@ class Lane:
         await self._acquire(held.key)
         held.owned = True
 
-    async def _acquire(self, key: float) -> None:
+    async def _acquire(
+        self, key: float, before_waiting: Callable[[], Awaitable[object]] | None = None
+    ) -> None:
         if self.holders < self.capacity and not self._live:
             self.holders += 1
             return
@@ -112,6 +120,8 @@ class Lane:
         self._live += 1
         self.quiet.clear()
         try:
+            if before_waiting is not None:
+                await before_waiting()
             await place
         except asyncio.CancelledError:
             if place.cancelled():

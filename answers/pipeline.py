@@ -538,7 +538,9 @@ async def start_answer(
     cleaned = clean_question(question)
     started = time.perf_counter()
     lane = preparing_lane()
-    async with lane.turn():
+    # A request's thread may hold a pooled connection (its session's): never while it
+    # waits for asks that need connections from the same pool.
+    async with lane.turn(before_waiting=sync_to_async(release_connection)):
         if conversation_id is None and _retrieval_executor() is None:
             # A first question: no earlier turn to rewrite it with, and retrieval runs on
             # the one database thread anyway. One step, so one connection: on SQLite each

@@ -227,3 +227,25 @@ def test_any_mix_of_asks_and_cancels_ends_with_every_place_free(capacity, asks):
         assert (lane.holders, lane.waiting, lane.quiet.is_set()) == (0, 0, True)
 
     asyncio.run(scenario())
+
+
+async def test_before_waiting_runs_only_when_the_place_is_not_free_at_once():
+    lane = Lane(1)
+    calls: list[str] = []
+
+    async def give_back() -> None:
+        calls.append("gave back")
+
+    async with lane.turn(before_waiting=give_back):
+        assert calls == []
+        log: list[float] = []
+        holder = asyncio.ensure_future(_waiting_with(lane, give_back, log))
+        await _settle()
+        assert calls == ["gave back"] and log == []
+    await holder
+    assert log == [1.0]
+
+
+async def _waiting_with(lane: Lane, before_waiting, log: list[float]) -> None:  # type: ignore[no-untyped-def]
+    async with lane.turn(key=1.0, before_waiting=before_waiting):
+        log.append(1.0)
