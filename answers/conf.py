@@ -241,10 +241,11 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         "PREPARING_PAUSE_MS",
-        100,
+        0,
         "While questions wait to be prepared in a process, its answers already streaming "
         "pause up to this many milliseconds between events, so new questions reach their "
-        "first token sooner (0: never pause; ADR 0036).",
+        "first token sooner, at a cost in throughput under large bursts (0: never; "
+        "ADR 0036).",
         0,
         1000,
         env="ANSWERS_PREPARING_PAUSE_MS",

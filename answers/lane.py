@@ -1,13 +1,12 @@
-"""The preparing lane: questions are prepared a few at a time, oldest first, and answers
-already streaming step aside while questions wait (ADR 0036).
+"""The preparing lane: questions are prepared a few at a time, oldest first; answers
+already streaming may step aside while questions wait (ADR 0036).
 
 An ask is prepared in several steps (the socket's user check, the limits, retrieval,
 storing) that queue on shared threads. Left to themselves, fifty asks at once each queue
-their first step before any queues its last, so all fifty reach their first token at about
-the same late moment; and every running answer's events compete with them for the one
-interpreter. Through the lane a few asks prepare at a time, each to its end, in the order
-they came, and running answers pause between events (``PREPARING_PAUSE_MS`` at most) while
-asks wait: the median new question gets its first token much sooner, for the same work.
+their first step before any queues its last, so the first questions wait for everyone's
+first steps. Through the lane a few asks prepare at a time, each to its end, in the order
+they came. With ``PREPARING_PAUSE_MS`` set, running answers also pause between events
+while asks wait (off by default: it costs throughput under large bursts).
 
 Pure asyncio, one lane per event loop (asyncio's futures belong to one loop; tests run
 several loops in one process).

@@ -4,12 +4,13 @@
 
 One daphne per NAME on PostgreSQL + Redis, each running the code at PATH (its working
 directory and ``PYTHONPATH``: daphne puts "." first on ``sys.path``; until 2026-12-07 every
-daphne ran this checkout's code whatever PATH said, see ADR 0029) with the extra environment given after ``@`` (``B=/work/main@PGOPTIONS=-c
-synchronous_commit=off``), all on one database and one Redis, all up at once. Each is
-warmed with one round, then the rounds of N answers asked at once take turns (the order
-reversed every round), so drift in the machine's load hits every checkout alike. Prints
-each round (first token p50 and p99, tokens/s, failures, CPU an answer of daphne and the
-PostgreSQL server) and each checkout's median first token p50.
+daphne ran this checkout's code whatever PATH said, ADR 0036) with the extra environment
+given after ``@`` (``B=/work/main@PGOPTIONS=-c synchronous_commit=off``), all on one
+database and one Redis, all up at once. Each is warmed with one round, then the rounds of
+N answers asked at once take turns (the order reversed every round), so drift in the
+machine's load hits every checkout alike. Prints each round (first token p50 and p99,
+tokens/s, failures, CPU an answer of daphne and the PostgreSQL server) and each
+checkout's median first token p50.
 
 How ADR 0029's changes were compared before they were kept or dropped: on a 2-core machine
 one run of a checkout can differ from the next by 20 %, so a change is judged on the

@@ -452,6 +452,7 @@ async def test_a_running_answer_steps_aside_between_events_only_after_its_first_
     preparing lane, but never before its own first token (that wait is what it saves)."""
     from answers.streams import generation
 
+    settings.ANSWERS = {**settings.ANSWERS, "PREPARING_PAUSE_MS": 100}
     scripted.script = ["One [1]. ", "Two. ", "Three. ", "Four."]
     published: list[str] = []
     paused_before: list[int] = []
