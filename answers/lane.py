@@ -122,11 +122,12 @@ class Lane:
             if before_waiting is not None:
                 await before_waiting()
             await place
-        except asyncio.CancelledError:
-            if place.cancelled():
-                self._left()  # still in the heap: skipped when it comes up
+        except BaseException:  # a cancel, or ``before_waiting`` failed
+            if place.done() and not place.cancelled():
+                self._release()  # handed over just before: pass it on
             else:
-                self._release()  # handed over just before the cancel landed: pass it on
+                place.cancel()  # still in the heap: skipped when it comes up
+                self._left()
             raise
 
     def _release(self) -> None:

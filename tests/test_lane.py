@@ -249,3 +249,24 @@ async def test_before_waiting_runs_only_when_the_place_is_not_free_at_once():
 async def _waiting_with(lane: Lane, before_waiting, log: list[float]) -> None:  # type: ignore[no-untyped-def]
     async with lane.turn(key=1.0, before_waiting=before_waiting):
         log.append(1.0)
+
+
+async def test_a_failing_before_waiting_leaves_no_place_taken():
+    lane = Lane(1)
+    log: list[float] = []
+
+    async def fails() -> None:
+        raise RuntimeError("the database is down")
+
+    first = _Holder(lane, 0.0, log)
+    await _settle()
+    with pytest.raises(RuntimeError):
+        async with lane.turn(key=1.0, before_waiting=fails):
+            pass
+    assert lane.waiting == 0 and lane.quiet.is_set()
+    later = _Holder(lane, 2.0, log)
+    await _settle()
+    first.go.set()
+    later.go.set()
+    await asyncio.gather(first.task, later.task)
+    assert log == [0.0, 2.0] and lane.holders == 0
