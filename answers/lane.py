@@ -171,8 +171,10 @@ def lane_of_loop() -> Lane | None:
 async def step_aside(*, max_wait: float) -> None:
     """For a running answer between two events: wait while asks wait for the lane, at most
     ``max_wait`` seconds (0: never)."""
+    if max_wait <= 0:
+        return
     lane = lane_of_loop()
-    if lane is None or lane.quiet.is_set() or max_wait <= 0:
+    if lane is None or lane.quiet.is_set():
         return
     with suppress(TimeoutError):
         await asyncio.wait_for(lane.quiet.wait(), max_wait)

@@ -328,9 +328,9 @@ async def _produce(run: pipeline.AnswerRun, publisher: Publisher) -> None:
             aclosing(pipeline.coalesced(events, window=window)) as stream,
         ):
             async for event in stream:
-                if first_token_out:
+                if pause and first_token_out:
                     # New questions first (ADR 0036); never before this answer's own first
-                    # token, whose wait is what the pause saves.
+                    # token, whose wait is what the pause saves. Off (0): no lookup at all.
                     await step_aside(max_wait=pause)
                 if publisher.stopping:
                     break  # closing the pipeline stores the partial answer as interrupted
