@@ -357,11 +357,7 @@ async def test_once_a_follower_elsewhere_says_so_the_events_go_to_the_layer(
 async def test_a_log_in_redis_is_written_in_batches_and_replays_every_event(
     corpus, asker, scripted, monkeypatch
 ):
-    from django.core.cache import caches
-
-    from answers.conf import answers_settings
-
-    cache = caches[str(answers_settings.STREAM_CACHE)]
+    cache = stream_log.stream_cache()
     writes: list[int] = []
     set_many = cache.set_many
 
@@ -378,6 +374,46 @@ async def test_a_log_in_redis_is_written_in_batches_and_replays_every_event(
     replayed = await stream_log.log_read(stream_log.stream_name(run.answer), 0, None)
     assert replayed is not None
     assert [e.to_dict() for e in replayed] == [e.to_dict() for e in events]
+
+
+@pytest.mark.skipif(not settings.REDIS_URL, reason="the stream log is in Redis only there")
+async def test_answers_in_flight_share_the_process_redis_connections(settings):
+    """Each answer runs in a task of its own; the stream log must not open a Redis
+    connection per task (Django's ``caches`` is one instance per task), or a burst of
+    answers opens one connection each and pays a connect each."""
+    import os
+    import uuid
+
+    import redis
+
+    name = f"answers-test-{uuid.uuid4().hex[:12]}"  # this test's connections, by name
+    default = settings.CACHES["default"]
+    settings.CACHES = {
+        **settings.CACHES,
+        "default": {**default, "OPTIONS": {**default.get("OPTIONS", {}), "client_name": name}},
+    }
+    release = asyncio.Event()
+    answers = 30
+    ready = [asyncio.Event() for _ in range(answers)]
+
+    async def answer_in_flight(index: int) -> None:
+        stream = f"connections-{name}-{index}"
+        await stream_log.log_write(stream, [{"seq": 1, "type": "token", "text": "x"}])
+        await stream_log.stream_is_followed(stream)
+        ready[index].set()
+        await release.wait()  # the answer's task lives on, as it does while it streams
+
+    tasks = [asyncio.create_task(answer_in_flight(i)) for i in range(answers)]
+    try:
+        await asyncio.wait_for(asyncio.gather(*(r.wait() for r in ready)), timeout=30)
+        client = redis.Redis.from_url(settings.REDIS_URL)
+        ours = [c for c in client.client_list() if c.get("name") == name]
+        client.close()
+    finally:
+        release.set()
+        await asyncio.gather(*tasks)
+    # At most one per thread that talks to Redis at once (asyncio's default executor).
+    assert 1 <= len(ours) <= min(32, (os.cpu_count() or 1) + 4) < answers
 
 
 async def _follow_elsewhere(answer_id: int, user, after: int = 0) -> list[streams.StreamEvent]:  # type: ignore[no-untyped-def]
