@@ -50,12 +50,12 @@ _stream_caches_lock = threading.Lock()
 
 
 def stream_cache() -> BaseCache:
-    """The ``STREAM_CACHE``, one instance per process. Not ``caches[alias]``: that is one
-    instance per asyncio task (an asgiref ``Local``), so every answer's task built its own
-    Redis client and connection pool, opened a connection of its own (a TCP connect and
-    handshake: 2.6 % of a daphne's busy samples in a burst of 50) and held it as long as
-    the answer ran: as many connections as answers. Django's Redis and local-memory caches are thread-safe; a
-    local-memory instance shares its store with every other of the same name."""
+    """The ``STREAM_CACHE``, one instance per process. Not ``caches[alias]``: that is an
+    asgiref ``Local``, one instance per context and thread, so an answer's task of its own
+    could build its own Redis client and pool and open a connection of its own, with a
+    TCP connect and handshake (30 tasks, 30 connections: tests/test_streams.py). Django's
+    Redis and local-memory caches are thread-safe; a local-memory instance shares its
+    store with every other of the same name."""
     alias = str(answers_settings.STREAM_CACHE)
     cache = _stream_caches.get(alias)
     if cache is None:
