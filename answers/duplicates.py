@@ -45,11 +45,11 @@ def body_signature(body: str) -> bytes:
     is no one's near-duplicate.
 
     The one function every ingest path calls, so all writers store the same signature."""
-    hashes = {
-        int.from_bytes(hashlib.blake2b(s.encode(), digest_size=8).digest(), "big")
-        for s in shingles(body)
-    }
-    return b"".join(_VALUE.pack(h) for h in heapq.nsmallest(HASHES, hashes))
+    blake2b = hashlib.blake2b
+    # Big-endian 8-byte digests order as the integers they pack: the smallest are kept as
+    # they come, without an int and a pack per shingle (a third of this function's time).
+    digests = {blake2b(s.encode(), digest_size=8).digest() for s in shingles(body)}
+    return b"".join(heapq.nsmallest(HASHES, digests))
 
 
 def _values(signature: bytes | memoryview) -> set[int]:

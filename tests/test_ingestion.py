@@ -131,7 +131,7 @@ def test_invalid_utf8(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("suffix", [".md", ".txt", ".rst", ".html", ".pdf"])
-@pytest.mark.parametrize("content", [b"", b"  \n\t\r\n"])
+@pytest.mark.parametrize("content", [b"", b"  \n\t\r\n", b"\x0b\x0c "])
 def test_empty_file(tmp_path: Path, suffix: str, content: bytes) -> None:
     with pytest.raises(ExtractionError, match="file is empty"):
         extract_file(write(tmp_path / f"empty{suffix}", content))
@@ -224,6 +224,72 @@ def test_html_title_falls_back_to_h1_then_file_name(tmp_path: Path) -> None:
     assert doc.title == "Main Title"
     doc = extract_file(write(tmp_path / "plain.htm", "<p>only text</p>"))
     assert (doc.title, doc.body) == ("plain", "only text")
+
+
+_TITLE_PLACES = st.lists(
+    st.sampled_from(
+        [
+            "<title>{}</title>",
+            "<title> </title>",
+            "<svg><title>{}</title></svg>",
+            "<div><title>{}</title></div>",
+            "<p>text</p>",
+        ]
+    ),
+    max_size=4,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(head=_TITLE_PLACES, body=_TITLE_PLACES)
+def test_html_title_is_the_first_usable_title_in_document_order(
+    head: list[str], body: list[str]
+) -> None:
+    """The head's titles are looked up without walking the body (a fast path): the title
+    found is the one a walk of the whole page in document order finds."""
+    parts = [part.format(f"T{i}") for i, part in enumerate(head + body)]
+    page = (
+        f"<html><head>{''.join(parts[: len(head)])}</head>"
+        f"<body>{''.join(parts[len(head) :])}<p>content</p></body></html>"
+    )
+    root = lxml.etree.fromstring(page, parser=ingestion._HTML_PARSER)
+    assert list(ingestion._titles_in_order(root)) == list(root.iter("title"))
+    expected = next(
+        (
+            " ".join("".join(t.itertext()).split())
+            for t in root.iter("title")
+            if not any(parent.tag == "svg" for parent in t.iterancestors())
+            and "".join(t.itertext()).strip()
+        ),
+        "page",
+    )
+    assert extract_text(data=page.encode(), suffix=".html", fallback_title="page").title == (
+        expected
+    )
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(alphabet=st.characters(categories=("L", "N", "P", "Z", "Cc", "Cs"))))
+def test_sanitize_drops_nuls_and_replaces_lone_surrogates(text: str) -> None:
+    expected = re.sub("[\ud800-\udfff]", "\ufffd", text.replace("\x00", ""))
+    assert ingestion._sanitize(text) == expected
+    ingestion._sanitize(text).encode("utf-8")  # always encodable
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.characters(exclude_categories=("Cs",)), max_size=40))
+def test_printable_text_without_double_spaces_has_no_whitespace_to_collapse(
+    text: str,
+) -> None:
+    """The HTML walk skips collapsing whitespace in such text nodes: exact only if every
+    whitespace character but the ASCII space is non-printable."""
+    if text.isprintable() and "  " not in text:
+        assert re.sub(r"\s+", " ", text) == text
+
+
+def test_html_text_nodes_collapse_every_kind_of_whitespace() -> None:
+    page = "<p>a\u00a0\u00a0b\tc\u3000d  e\u2028f\x0bg <code>x\u00a0 y</code></p>".encode()
+    assert extract_text(data=page, suffix=".html", fallback_title="f").body == "a b c d e f g `x y`"
 
 
 def test_html_declared_charset() -> None:
