@@ -26,6 +26,7 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .duplicates import body_signature
 from .ingestion import ChunkSpan, ExtractionError, chunk_text, extract_file, quiet_libraries
 from .search.stemming import stem_text
 
@@ -56,6 +57,9 @@ class ParsedFile:
     spans: tuple[tuple[int, int], ...] = ()  # (start, end) of each chunk in ``body``
     # stem_text of the title and of each chunk, when asked (the SQLite index's input).
     stems: tuple[str, ...] = ()
+    # body_signature(body): a third of the writing process's work when it was computed
+    # there, while the workers waited on it.
+    near_signature: bytes = b""
     error: str = ""
 
     def chunk_spans(self) -> list[ChunkSpan]:
@@ -110,6 +114,7 @@ def parse_file(path: str, options: ParseOptions) -> ParsedFile:
         body=extracted.body,
         spans=tuple((span.start, span.end) for span in spans),
         stems=stems,
+        near_signature=body_signature(extracted.body),
     )
 
 

@@ -585,6 +585,8 @@ class DocumentSource:
     body: str
     url: str = ""
     spans: Sequence[ChunkSpan] | None = None
+    # body_signature(body) if already computed (an ingest worker does).
+    near_signature: bytes | None = None
 
 
 # A batch's transaction: large enough that commits stop mattering, small enough that a
@@ -593,10 +595,13 @@ INGEST_BATCH_DOCUMENTS = 200
 INGEST_BATCH_CHUNKS = 2_000
 
 
-def _document_derived(*, body: str) -> dict[str, Any]:
+def _document_derived(*, body: str, near_signature: bytes | None = None) -> dict[str, Any]:
     """The fields computed from a new or changed document's body, for the one and the
-    batch path alike (an unchanged one is recognised by its content hash alone)."""
-    return {"content_hash": content_hash(body), "near_signature": body_signature(body)}
+    batch path alike (an unchanged one is recognised by its content hash alone);
+    ``near_signature`` if already computed from this body."""
+    if near_signature is None:
+        near_signature = body_signature(body)
+    return {"content_hash": content_hash(body), "near_signature": near_signature}
 
 
 def _document_is_unchanged(*, document: Document, title: str, digest: str) -> bool:
@@ -719,8 +724,9 @@ def _documents_write(
         else:
             replaced.append(document)
             outcome = "updated"
+        derived = _document_derived(body=source.body, near_signature=source.near_signature)
         _document_assign(document=document, title=source.title, body=source.body,
-                         url=source.url, derived=_document_derived(body=source.body))  # fmt: skip
+                         url=source.url, derived=derived)  # fmt: skip
         planned.append((document, outcome, spans))
     # Updates are rare (a re-ingest of changed files): saved one by one, as document_ingest.
     for document in replaced:

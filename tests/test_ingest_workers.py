@@ -4,13 +4,16 @@
 from __future__ import annotations
 
 import concurrent.futures
+import io
 import os
 import signal
 from pathlib import Path
 
 import pytest
+from django.core.management import call_command
 
 from answers import ingest_workers, services
+from answers.duplicates import body_signature
 from answers.ingest_workers import ParsedFile, ParsePool, files_parse
 from answers.ingestion import chunk_text, extract_file
 from answers.models import Chunk, Document
@@ -71,6 +74,17 @@ def test_stems_computed_in_workers_are_stem_texts_own(pages) -> None:
         assert known[item.title] == stem_text(item.title)
         for span in item.chunk_spans():
             assert known[span.text] == stem_text(span.text)
+
+
+def test_signatures_computed_in_workers_are_the_stored_ones(pages, db) -> None:  # type: ignore[no-untyped-def]
+    for item in parsed(pages[:5], jobs=2):
+        assert item.near_signature == body_signature(item.body)
+    call_command("ingest", *map(str, pages[:5]), jobs=2, no_progress=True, stdout=io.StringIO())
+    stored = Document.objects.filter(source_key__in=[str(p.resolve()) for p in pages[:5]])
+    assert stored.count() == 5
+    for document in stored:
+        assert bytes(document.near_signature) == body_signature(document.body)
+        assert document.near_signature
 
 
 def test_a_broken_file_is_reported_and_the_others_parsed(tmp_path: Path, pages) -> None:

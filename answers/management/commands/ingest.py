@@ -250,7 +250,7 @@ def _sources(
             continue
         source = services.DocumentSource(
             source_key=parsed.key, title=parsed.title, body=parsed.body,
-            spans=parsed.chunk_spans(),
+            spans=parsed.chunk_spans(), near_signature=parsed.near_signature,
         )  # fmt: skip
         yield _Parsed(source=source, stems=parsed.known_stems())
 
