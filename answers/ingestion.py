@@ -199,7 +199,11 @@ def extract_file(path: pathlib.Path) -> ExtractedDocument:
             raise ExtractionError(_too_large(size))
         with path.open("rb") as handle:
             # The file may grow between stat() and read(); never read more than the limit.
-            data = handle.read(MAX_FILE_BYTES + 1)
+            # Asked for its size and a byte more first: read(limit) allocates the whole
+            # limit (50 MB) before reading, a tenth of a worker's time on 40 KB pages.
+            data = handle.read(size + 1)
+            if len(data) > size:  # it grew: the rest, up to the limit
+                data += handle.read(MAX_FILE_BYTES + 1 - len(data))
     except OSError as exc:
         raise ExtractionError(f"cannot read file: {exc.strerror or exc}") from exc
     return extract_text(data=data, suffix=suffix, fallback_title=path.stem)

@@ -162,6 +162,27 @@ def test_too_large_file_is_rejected_before_reading(tmp_path: Path) -> None:
         extract_file(path)
 
 
+def test_a_file_that_grew_after_its_size_was_read_is_read_whole_up_to_the_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+
+    path = write(tmp_path / "growing.txt", b"# Grew\n" + b"word " * 100)
+    real_stat = Path.stat
+
+    def stale_stat(self: Path, **kwargs: object) -> os.stat_result:
+        found = real_stat(self, **kwargs)  # type: ignore[arg-type]
+        if self != path:
+            return found
+        return os.stat_result((found.st_mode, 0, 0, 0, 0, 0, 10, 0, 0, 0))  # 10 bytes then
+
+    monkeypatch.setattr(Path, "stat", stale_stat)
+    assert extract_file(path).body.count("word") == 100
+    monkeypatch.setattr(ingestion, "MAX_FILE_BYTES", 100)
+    with pytest.raises(ExtractionError, match="too large"):
+        extract_file(path)
+
+
 def test_too_large_data_is_rejected(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(ingestion, "MAX_FILE_BYTES", 10)
     with pytest.raises(ExtractionError, match="too large"):
