@@ -619,6 +619,8 @@ def _extract_html(data: bytes) -> tuple[str | None, str]:
             text = text.replace(_CELL_END, " ")
             block = "\n".join(line.rstrip() for line in text.split("\n")).strip("\n")
             block = fenced(block.split("\n")) if block.strip() else ""
+        elif _LINE_BREAK not in text and _CELL_END not in text:
+            block = " ".join(text.split())  # a paragraph: one line of one cell
         else:
             lines = []
             for line in text.split(_LINE_BREAK):
