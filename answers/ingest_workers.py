@@ -57,7 +57,7 @@ class ParsedFile:
     spans: tuple[tuple[int, int], ...] = ()  # (start, end) of each chunk in ``body``
     # stem_text of the title and of each chunk, when asked (the SQLite index's input).
     stems: tuple[str, ...] = ()
-    # body_signature(body): a third of the writing process's work when it was computed
+    # body_signature(body): up to half of the writing process's work when it was computed
     # there, while the workers waited on it.
     near_signature: bytes = b""
     error: str = ""
