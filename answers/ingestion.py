@@ -524,16 +524,16 @@ def _html_encoding(data: bytes) -> str:
     return name
 
 
-def _is_chrome(element: lxml.etree._Element, *, page_level: bool) -> bool:
-    """Whether ``element`` is site chrome; ``page_level``: walked outside a main element."""
+def _is_chrome(element: lxml.etree._Element, keys: list[str], *, page_level: bool) -> bool:
+    """Whether ``element`` is site chrome; ``keys``: its attributes' names (most elements
+    have none to look up); ``page_level``: walked outside a main element."""
     tag = element.tag
-    get = element.get
-    classes = get("class")
+    classes = element.get("class") if "class" in keys else None
     if classes is not None and not _CHROME_CLASSES.isdisjoint(classes.split()):
         return True
-    if tag in _CHROME_TAGS or get("id") in _CHROME_IDS:
+    if tag in _CHROME_TAGS or ("id" in keys and element.get("id") in _CHROME_IDS):
         return True
-    role = get("role")
+    role = element.get("role") if "role" in keys else None
     if role is not None and role.strip().lower() in _CHROME_ROLES:
         return True
     if not page_level:
@@ -661,10 +661,11 @@ def _extract_html(data: bytes) -> tuple[str | None, str]:
             add_text(node.tail)
             continue
         if entering:
+            keys = node.keys()
             if (
                 name in _DROPPED_TAGS
-                or node.get("hidden") is not None
-                or _is_chrome(node, page_level=page_level)
+                or "hidden" in keys
+                or _is_chrome(node, keys, page_level=page_level)
             ):
                 add_text(node.tail)
                 continue
