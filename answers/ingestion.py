@@ -299,6 +299,20 @@ _WHITESPACE = re.compile(r"\s+")
 _SURROGATES = re.compile("[\ud800-\udfff]")
 
 
+def _collapse_whitespace(text: str) -> str:
+    """``_WHITESPACE.sub(" ", text)`` (each run of whitespace one space), by ``str.split``,
+    which splits on the same characters, at a third of the cost."""
+    words = text.split()
+    if not words:
+        return " " if text else ""
+    collapsed = " ".join(words)
+    if text[0].isspace():
+        collapsed = " " + collapsed
+    if text[-1].isspace():
+        collapsed += " "
+    return collapsed
+
+
 def _normalize_body(text: str) -> str:
     text = text.replace("\r\n", "\n").replace("\r", "\n").replace("\u2029", "\n\n")
     # str.translate looks every character up (a fifth of this function on HTML pages);
@@ -639,7 +653,7 @@ def _extract_html(data: bytes) -> tuple[str | None, str]:
             # but single spaces to collapse (every other whitespace character is a control
             # or a separator): one C pass, no regular expression, for most text nodes.
             if not value.isprintable() or "  " in value:
-                value = _WHITESPACE.sub(" ", value)
+                value = _collapse_whitespace(value)
             buffer.append(value if code_starts else escape_text(value))
 
     # An explicit stack, not recursion: real-world HTML can nest deeper than Python's limit.

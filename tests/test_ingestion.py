@@ -308,6 +308,20 @@ def test_printable_text_without_double_spaces_has_no_whitespace_to_collapse(
         assert re.sub(r"\s+", " ", text) == text
 
 
+@settings(max_examples=300, deadline=None)
+@given(
+    st.text(
+        alphabet=st.one_of(
+            st.sampled_from([chr(c) for c in range(0x3001) if chr(c).isspace()]),
+            st.characters(exclude_categories=("Cs",)),
+        ),
+        max_size=30,
+    )
+)
+def test_whitespace_collapses_as_the_regular_expression_does(text: str) -> None:
+    assert ingestion._collapse_whitespace(text) == re.sub(r"\s+", " ", text)
+
+
 def test_html_text_nodes_collapse_every_kind_of_whitespace() -> None:
     page = "<p>a\u00a0\u00a0b\tc\u3000d  e\u2028f\x0bg <code>x\u00a0 y</code></p>".encode()
     assert extract_text(data=page, suffix=".html", fallback_title="f").body == "a b c d e f g `x y`"
