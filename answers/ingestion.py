@@ -482,6 +482,10 @@ _HEADING_TAGS = frozenset({"h1", "h2", "h3", "h4", "h5", "h6"})
 _CODE_TAGS = frozenset({"code", "kbd", "samp", "tt"})
 # Inline emphasis kept as Markdown's delimiters.
 _EMPHASIS_TAGS = {"em": "*", "i": "*", "strong": "**", "b": "**"}
+# Every tag the walk does more for than take its text (the rest: one test, no other).
+_MARKED_TAGS = frozenset(
+    {"br", "pre", *_BLOCK_TAGS, *_CELL_TAGS, *_HEADING_TAGS, *_CODE_TAGS, *_EMPHASIS_TAGS}
+)
 # Site chrome, not content (ADR 0031). Two tiers, because the same markup means chrome around
 # a page and content inside it: docutils renders a reST ``.. sidebar::``, a topic and every
 # footnote as <aside> (class "sidebar" before docutils 0.18), a page's own text.
@@ -683,6 +687,11 @@ def _extract_html(data: bytes) -> tuple[str | None, str]:
             ):
                 add_text(node.tail)
                 continue
+            if name not in _MARKED_TAGS:  # <span>, <a>...: only their text
+                stack.append((node,))
+                add_text(node.text)
+                stack.extend(reversed(node))
+                continue
             if name == "br":
                 buffer.append(_LINE_BREAK)
                 add_text(node.tail)
@@ -699,6 +708,8 @@ def _extract_html(data: bytes) -> tuple[str | None, str]:
             stack.append((node,))
             add_text(node.text)
             stack.extend(reversed(node))
+        elif name not in _MARKED_TAGS:
+            add_text(node.tail)
         else:
             if name in _EMPHASIS_TAGS and not pre_depth and not code_starts and emphasis_starts:
                 start = emphasis_starts.pop()
