@@ -381,7 +381,7 @@ async def test_answers_in_flight_share_the_process_redis_connections(settings):
     """Each answer runs in a task of its own; the stream log must not open a Redis
     connection per task (Django's ``caches`` is one instance per task), or a burst of
     answers opens one connection each and pays a connect each."""
-    import os
+    import threading
     import uuid
 
     import redis
@@ -412,8 +412,9 @@ async def test_answers_in_flight_share_the_process_redis_connections(settings):
     finally:
         release.set()
         await asyncio.gather(*tasks)
-    # At most one per thread that talks to Redis at once (asyncio's default executor).
-    assert 1 <= len(ours) <= min(32, (os.cpu_count() or 1) + 4) < answers
+    # At most one per thread that talks to Redis at once (asyncio's default executor, about
+    # cores + 4): bounded by the process's threads, not by its answers.
+    assert 1 <= len(ours) <= threading.active_count() < answers
 
 
 async def _follow_elsewhere(answer_id: int, user, after: int = 0) -> list[streams.StreamEvent]:  # type: ignore[no-untyped-def]
