@@ -50,13 +50,19 @@ def main(argv: list[str]) -> int:
         return 2
     command, file, *rest = argv
     roots = [Path(root) for root in rest] or list(DEFAULT_ROOTS)
+    saved: dict[str, str] = {}
+    if command == "check":  # read first: a wrong path should not cost a whole extraction
+        try:
+            saved = json.loads(Path(file).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            print(f"cannot read the saved fingerprints {file}: {exc}", file=sys.stderr)
+            return 2
     found, seconds = fingerprints(roots)
     pace = f"{len(found)} pages, {1000 * seconds / max(len(found), 1):.3f} ms a page"
     if command == "save":
         Path(file).write_text(json.dumps(found, indent=0, sort_keys=True), encoding="utf-8")
         print(f"saved {pace}")
         return 0
-    saved: dict[str, str] = json.loads(Path(file).read_text(encoding="utf-8"))
     differ = sorted(
         page for page in saved.keys() | found.keys() if saved.get(page) != found.get(page)
     )
