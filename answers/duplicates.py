@@ -23,10 +23,9 @@ from functools import lru_cache
 
 HASHES = 64
 SHINGLE_WORDS = 3
-_VALUE = struct.Struct(">Q")
-# Pairs compared lately: retrieval compares the same few documents' signatures answer after
-# answer (two unpacked signatures and a sort each time; a few per candidate).
-SIMILARITY_CACHE_SIZE = 4096
+# Signatures unpacked lately: retrieval compares the same few documents' signatures with
+# each other answer after answer. Each entry is 64 integers (about 5 KB).
+SIGNATURE_CACHE_SIZE = 1024
 _WORD = re.compile(r"\w+")
 
 
@@ -52,24 +51,25 @@ def body_signature(body: str) -> bytes:
     return b"".join(heapq.nsmallest(HASHES, digests))
 
 
-def _values(signature: bytes | memoryview) -> set[int]:
-    data = bytes(signature)  # PostgreSQL's bytea comes back as a memoryview
-    return {value for (value,) in _VALUE.iter_unpack(data[: len(data) - len(data) % 8])}
+@lru_cache(maxsize=SIGNATURE_CACHE_SIZE)
+def _values(signature: bytes) -> frozenset[int]:
+    count = len(signature) // 8  # a trailing partial value (never stored) is ignored
+    return frozenset(struct.unpack(f">{count}Q", signature[: count * 8]))
 
 
 def signature_similarity(first: bytes | memoryview, second: bytes | memoryview) -> float:
     """Estimated Jaccard similarity (0..1) of the two bodies whose signatures these are;
     0 when either has none (no words, or not computed), so a missing signature never makes
     a duplicate."""
-    return _similarity(bytes(first), bytes(second))
-
-
-@lru_cache(maxsize=SIMILARITY_CACHE_SIZE)
-def _similarity(first: bytes, second: bytes) -> float:
-    a, b = _values(first), _values(second)
+    a, b = _values(bytes(first)), _values(bytes(second))  # PostgreSQL's bytea: a memoryview
     if not a or not b:
+        return 0.0
+    both = a & b
+    if not both:
+        # Most pairs, and a retrieval compares some 170 of them: no shared value, no
+        # share of one (the count below would be 0).
         return 0.0
     # The k smallest of the union of the two bodies' shingles are the k smallest of the
     # union of their signatures; the share of them in both estimates |A and B| / |A or B|.
     union = heapq.nsmallest(HASHES, a | b)
-    return sum(1 for h in union if h in a and h in b) / len(union)
+    return sum(1 for h in union if h in both) / len(union)

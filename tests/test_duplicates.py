@@ -72,6 +72,42 @@ def test_bodies_without_a_shared_shingle_are_not_alike(numbers: list[int]) -> No
     assert signature_similarity(body_signature(first), body_signature(second)) == 0.0
 
 
+def _similarity_as_first_defined(first: bytes, second: bytes) -> float:
+    """The estimate as ADR 0032 defined it: both signatures' values, the HASHES smallest of
+    their union, the share of those in both."""
+    import heapq
+    import struct
+
+    def values(signature: bytes) -> set[int]:
+        usable = signature[: len(signature) - len(signature) % 8]
+        return {value for (value,) in struct.iter_unpack(">Q", usable)}
+
+    a, b = values(first), values(second)
+    if not a or not b:
+        return 0.0
+    union = heapq.nsmallest(HASHES, a | b)
+    return sum(1 for h in union if h in a and h in b) / len(union)
+
+
+# Signatures that share values, as near-duplicates do: some of a pool of hashes each.
+_pool = st.lists(st.integers(0, 2**64 - 1), min_size=1, max_size=160, unique=True)
+
+
+@settings(max_examples=500, deadline=None)
+@given(_pool, st.data())
+def test_similarity_is_the_estimate_first_defined(pool: list[int], data: st.DataObject) -> None:
+    def signature() -> bytes:
+        chosen = data.draw(st.lists(st.sampled_from(pool), max_size=HASHES, unique=True))
+        return b"".join(value.to_bytes(8, "big") for value in sorted(chosen))
+
+    first, second = signature(), signature()
+    expected = _similarity_as_first_defined(first, second)
+    assert signature_similarity(first, second) == expected
+    assert signature_similarity(memoryview(first), second) == expected
+    # A trailing partial value (never stored) is ignored, as it always was.
+    assert signature_similarity(first + b"\x01\x02", second) == expected
+
+
 def test_small_bodies_are_compared_exactly() -> None:
     # Under HASHES shingles the signature keeps them all: the estimate is the Jaccard.
     first = "one two three four five six"  # 4 shingles
