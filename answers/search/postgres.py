@@ -359,6 +359,10 @@ class PostgreSQLBackend:
         with connection.cursor() as cursor:
             if not connection.in_atomic_block:  # VACUUM cannot run in a transaction
                 cursor.execute("VACUUM (ANALYZE) answers_search_stats")
+                # Marks the documents' pages all-visible, so the scope's reads of every
+                # document's access and id stay index-only (migration 0015) without a
+                # visit to each row (autovacuum would, later).
+                cursor.execute("VACUUM (ANALYZE) answers_document")
             # New vectors wait in the GIN index's pending list, which every search scans
             # in full until it is merged (fastupdate): merge it now.
             cursor.execute("SELECT gin_clean_pending_list('answers_chunk_search_vector')")
