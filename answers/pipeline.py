@@ -310,10 +310,14 @@ def retrieve_sources(
     threshold, ranking, rerank, document cap, access, numbering. Stores nothing (``manage.py
     evaluate`` measures this); no sources means the no-answer message. ``standalone`` is a
     follow-up's rewrite, searched instead of it (``REWRITE_FOLLOWUPS``)."""
+    # An asker who may view every document searches them all: the same hits and scores as
+    # the scoped search (ADR 0009), without each of its statements testing every document
+    # against the scope. One cheap read decides (ADR 0009, "Later").
+    everything = not selectors.document_list_hidden(user=user).exists()
     hits = search_hits(
         question=question,
         previous_question=previous_question,
-        documents=selectors.document_list_visible(user=user),
+        documents=None if everything else selectors.document_list_visible(user=user),
         standalone=standalone,
     )
     # Each candidate's access is read with its chunk (one query fewer), and checked by

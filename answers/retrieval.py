@@ -37,7 +37,7 @@ def search_hits(
     *,
     question: str,
     previous_question: str | None,
-    documents: QuerySet[Document],
+    documents: QuerySet[Document] | None,
     standalone: str = "",
 ) -> list[SearchHit]:
     """Search the asker's ``documents`` for the question; a follow-up is also searched
@@ -47,9 +47,10 @@ def search_hits(
     subject; the previous question supplies the rest. Each chunk keeps its best score.
     ``standalone`` is the follow-up rewritten to stand alone (``REWRITE_FOLLOWUPS``): it
     is searched instead of both.
-    The search and its statistics are scoped to ``documents`` (ADR 0009); a backend that
-    cannot scope (system check answers.E013, silenced) searches everything, and
-    ``select_sources`` still drops what the asker may not view.
+    The search and its statistics are scoped to ``documents`` (ADR 0009); None searches
+    every document (an asker who may view them all). A backend that cannot scope (system
+    check answers.E013, silenced) searches everything, and ``select_sources`` still drops
+    what the asker may not view.
     """
     backend = get_search_backend()
     limit = int(answers_settings.CANDIDATES)

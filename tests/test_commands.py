@@ -9,6 +9,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.db import connection
 from django.test import Client
 
 from answers import selectors, services
@@ -125,6 +126,15 @@ def test_maintaining_the_index_outside_a_transaction_vacuums_and_finds_the_same(
     backend.maintain()  # VACUUM on PostgreSQL: only outside a transaction
     after = backend.search("How does the try statement handle exceptions?", limit=5)
     assert before and after == before
+    if connection.vendor == "postgresql":
+        # Every page of the documents marked all-visible: the scope's reads of their access
+        # and id stay index-only (migration 0015) right after an ingest.
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT relpages, relallvisible FROM pg_class WHERE relname = 'answers_document'"
+            )
+            pages, all_visible = cursor.fetchone()
+        assert pages > 0 and all_visible == pages
 
 
 def test_changing_one_file_rechunks_only_it(folder: Path) -> None:

@@ -129,3 +129,111 @@ def test_a_backend_that_cannot_scope_still_never_shows_what_the_asker_may_not_vi
     # It did return the restricted chunks; they were dropped after the search.
     dropped = RetrievedSource.objects.filter(question__answer__pk=response.json()["answer_id"])
     assert {r.dropped_reason for r in dropped if r.document.access == "groups"} == {"no_access"}
+
+
+# The complement of the scope (selectors.document_list_hidden): an asker with nothing hidden
+# is searched unscoped (pipeline.retrieve_sources), so "nothing hidden" must be exact.
+
+
+def _access_matrix(django_user_model) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+    """Documents open to everyone, shared with one group, with two, with none; and one user
+    of each kind the rule tells apart."""
+    from django.contrib.auth.models import AnonymousUser
+
+    red, _ = Group.objects.get_or_create(name="red")
+    blue, _ = Group.objects.get_or_create(name="blue")
+    for key, groups in (("open", None), ("red", [red]), ("both", [red, blue]), ("none", [])):
+        document = services.document_ingest(
+            source_key=f"matrix:{key}", title=key, body=f"Matrix page {key}.", chunk_size=1200
+        ).document
+        if groups is not None:
+            document.access = Document.Access.GROUPS
+            document.save(update_fields=["access"])
+            document.groups.set(groups)
+
+    def user(name: str, *, groups: tuple[Group, ...] = (), **flags: bool):  # type: ignore[no-untyped-def]
+        made = django_user_model.objects.create_user(username=name, password="pw", **flags)
+        made.groups.set(groups)
+        return made
+
+    return {
+        "anonymous": AnonymousUser(),
+        "no group": user("plain"),
+        "red": user("red-member", groups=(red,)),
+        "red and blue": user("both-member", groups=(red, blue)),
+        "inactive red": user("inactive", groups=(red,), is_active=False),
+        "superuser": user("root", is_superuser=True, is_staff=True),
+        "inactive superuser": user("old-root", is_superuser=True, is_active=False),
+    }
+
+
+def test_hidden_documents_are_exactly_those_not_visible(django_user_model):
+    users = _access_matrix(django_user_model)
+    everything = set(Document.objects.values_list("pk", flat=True))
+    for name, user in users.items():
+        visible = set(selectors.document_list_visible(user=user).values_list("pk", flat=True))
+        hidden = set(selectors.document_list_hidden(user=user).values_list("pk", flat=True))
+        assert visible | hidden == everything, name
+        assert not visible & hidden, name
+        assert selectors.document_list_hidden(user=user).exists() == bool(hidden), name
+    # The rule's branches, spelled out once: who sees the group-only pages.
+    titles = {
+        name: set(selectors.document_list_visible(user=user).filter(title__in=["red", "none"])
+                  .values_list("title", flat=True))
+        for name, user in users.items()
+    }  # fmt: skip
+    assert titles["red"] == titles["red and blue"] == {"red"}
+    assert titles["superuser"] == {"red", "none"}
+    assert titles["no group"] == titles["anonymous"] == titles["inactive red"] == set()
+    assert titles["inactive superuser"] == set()
+
+
+def test_an_asker_who_may_view_everything_is_searched_whole_with_the_same_results(
+    asker, monkeypatch
+):
+    from answers import pipeline
+
+    Document.objects.filter(access=Document.Access.GROUPS).delete()  # nothing hidden now
+    assert not selectors.document_list_hidden(user=asker).exists()
+    backend = type(get_search_backend())
+    scopes: list[object] = []
+    real = backend.search
+
+    def spy(self, query, *, limit, documents=None, **kwargs):  # type: ignore[no-untyped-def]
+        scopes.append(documents)
+        return real(self, query, limit=limit, documents=documents, **kwargs)
+
+    question = "How does the try statement handle exceptions?"
+    scoped = real(
+        get_search_backend(),
+        question,
+        limit=40,
+        documents=selectors.document_list_visible(user=asker),
+    )
+    monkeypatch.setattr(backend, "search", spy)
+    retrieval = pipeline.retrieve_sources(user=asker, question=question)
+    assert scopes == [None]
+    assert [(c.chunk_id, c.score) for c in retrieval.candidates] == [
+        (h.chunk_id, h.score) for h in scoped
+    ]
+
+
+def test_an_asker_with_anything_hidden_is_searched_in_scope(asker, monkeypatch):
+    from answers import pipeline
+
+    vault_memo("7731")
+    backend = type(get_search_backend())
+    scopes: list[object] = []
+    real = backend.search
+
+    def spy(self, query, *, limit, documents=None, **kwargs):  # type: ignore[no-untyped-def]
+        scopes.append(documents)
+        return real(self, query, limit=limit, documents=documents, **kwargs)
+
+    monkeypatch.setattr(backend, "search", spy)
+    pipeline.retrieve_sources(user=asker, question="lambda expression 7731")
+    assert len(scopes) == 1 and scopes[0] is not None
+    assert MEMO_KEY not in {
+        document.source_key
+        for document in scopes[0]  # type: ignore[attr-defined]
+    }
