@@ -19,7 +19,17 @@ from django.contrib.auth import (
 )
 from django.contrib.auth.backends import ModelBackend
 from django.contrib.auth.models import AnonymousUser, Permission, PermissionsMixin, User
-from django.db.models import Count, Exists, Max, OuterRef, Q, QuerySet, Subquery
+from django.db.models import (
+    BooleanField,
+    Count,
+    Exists,
+    Max,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+    Value,
+)
 from django.utils.crypto import constant_time_compare
 
 from .conf import answers_settings
@@ -212,44 +222,53 @@ def candidates_for_hits(
         .annotate(chunks=Count("id"))
         .values("chunks")
     )
-    chunks = (
-        Chunk.objects.select_related("document")
-        .only(
-            "id",
+    # Plain rows, not model instances: forty chunks and their documents built as models
+    # (deferred fields and all) cost more than the query on the shared database thread.
+    chunks = Chunk.objects.annotate(document_chunks=Subquery(document_chunks))
+    if viewer is not None:
+        visible = document_list_visible(user=viewer).filter(pk=OuterRef("document_id"))
+        chunks = chunks.annotate(document_visible=Exists(visible))
+    else:
+        chunks = chunks.annotate(document_visible=Value(None, output_field=BooleanField()))
+    rows = (
+        chunks.filter(pk__in=[c for c, _ in hit_list])
+        .order_by()
+        .values_list(
+            "pk",
+            "document_id",
             "ordinal",
             "text",
-            "document__id",
             "document__title",
             "document__url",
             "document__access",
             "document__near_signature",
+            "document_chunks",
+            "document_visible",
         )
-        .annotate(document_chunks=Subquery(document_chunks))
     )
-    if viewer is not None:
-        visible = document_list_visible(user=viewer).filter(pk=OuterRef("document_id"))
-        chunks = chunks.annotate(document_visible=Exists(visible))
-    by_id = {chunk.pk: chunk for chunk in chunks.filter(pk__in=[c for c, _ in hit_list])}
+    by_id = {row[0]: row for row in rows}
     candidates: list[Candidate] = []
+    everyone = Document.Access.EVERYONE
     for chunk_id, score in hit_list:
-        chunk = by_id.get(chunk_id)
-        if chunk is None:  # deleted between search and fetch
+        row = by_id.get(chunk_id)
+        if row is None:  # deleted between search and fetch
             continue
+        _, document_id, ordinal, text, title, url, access, signature, size, visible = row
         candidates.append(
             Candidate(
-                chunk_id=chunk.pk,
-                document_id=chunk.document.pk,
-                ordinal=chunk.ordinal,
-                title=chunk.document.title,
-                url=chunk.document.url,
-                text=chunk.text,
+                chunk_id=chunk_id,
+                document_id=document_id,
+                ordinal=ordinal,
+                title=title,
+                url=url,
+                text=text,
                 rank=len(candidates) + 1,
                 score=score,
-                document_chunks=chunk.document_chunks or 1,
-                document_public=chunk.document.access == Document.Access.EVERYONE,
+                document_chunks=size or 1,
+                document_public=access == everyone,
                 # PostgreSQL returns bytea as a memoryview.
-                document_signature=bytes(chunk.document.near_signature or b""),
-                document_visible=getattr(chunk, "document_visible", None),
+                document_signature=bytes(signature or b""),
+                document_visible=visible,
             )
         )
     return candidates
