@@ -188,29 +188,31 @@ def test_hidden_documents_are_exactly_those_not_visible(django_user_model):
     assert titles["inactive superuser"] == set()
 
 
-def test_an_asker_who_may_view_everything_is_searched_whole_with_the_same_results(
-    asker, monkeypatch
-):
+@pytest.fixture
+def scopes(monkeypatch) -> list[object]:  # type: ignore[no-untyped-def]
+    """The ``documents=`` of every search the backend runs."""
+    backend = type(get_search_backend())
+    seen: list[object] = []
+    real = backend.search
+
+    def spy(self, query, *, limit, documents=None, **kwargs):  # type: ignore[no-untyped-def]
+        seen.append(documents)
+        return real(self, query, limit=limit, documents=documents, **kwargs)
+
+    monkeypatch.setattr(backend, "search", spy)
+    return seen
+
+
+def test_an_asker_who_may_view_everything_is_searched_whole_with_the_same_results(asker, scopes):
     from answers import pipeline
 
     Document.objects.filter(access=Document.Access.GROUPS).delete()  # nothing hidden now
     assert not selectors.document_list_hidden(user=asker).exists()
-    backend = type(get_search_backend())
-    scopes: list[object] = []
-    real = backend.search
-
-    def spy(self, query, *, limit, documents=None, **kwargs):  # type: ignore[no-untyped-def]
-        scopes.append(documents)
-        return real(self, query, limit=limit, documents=documents, **kwargs)
-
     question = "How does the try statement handle exceptions?"
-    scoped = real(
-        get_search_backend(),
-        question,
-        limit=40,
-        documents=selectors.document_list_visible(user=asker),
+    scoped = get_search_backend().search(
+        question, limit=40, documents=selectors.document_list_visible(user=asker)
     )
-    monkeypatch.setattr(backend, "search", spy)
+    scopes.clear()
     retrieval = pipeline.retrieve_sources(user=asker, question=question)
     assert scopes == [None]
     assert [(c.chunk_id, c.score) for c in retrieval.candidates] == [
@@ -218,19 +220,10 @@ def test_an_asker_who_may_view_everything_is_searched_whole_with_the_same_result
     ]
 
 
-def test_an_asker_with_anything_hidden_is_searched_in_scope(asker, monkeypatch):
+def test_an_asker_with_anything_hidden_is_searched_in_scope(asker, scopes):
     from answers import pipeline
 
     vault_memo("7731")
-    backend = type(get_search_backend())
-    scopes: list[object] = []
-    real = backend.search
-
-    def spy(self, query, *, limit, documents=None, **kwargs):  # type: ignore[no-untyped-def]
-        scopes.append(documents)
-        return real(self, query, limit=limit, documents=documents, **kwargs)
-
-    monkeypatch.setattr(backend, "search", spy)
     pipeline.retrieve_sources(user=asker, question="lambda expression 7731")
     assert len(scopes) == 1 and scopes[0] is not None
     assert MEMO_KEY not in {
