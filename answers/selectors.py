@@ -253,7 +253,7 @@ def candidates_for_hits(
         row = by_id.get(chunk_id)
         if row is None:  # deleted between search and fetch
             continue
-        _, document_id, ordinal, text, title, url, access, signature, size, visible = row
+        _, document_id, ordinal, text, title, url, access, signature, size, readable = row
         candidates.append(
             Candidate(
                 chunk_id=chunk_id,
@@ -268,7 +268,7 @@ def candidates_for_hits(
                 document_public=access == everyone,
                 # PostgreSQL returns bytea as a memoryview.
                 document_signature=bytes(signature or b""),
-                document_visible=visible,
+                document_visible=readable,
             )
         )
     return candidates
