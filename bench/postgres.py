@@ -42,11 +42,12 @@ def _postgres_url(name: str) -> str:
 
 
 @contextlib.contextmanager
-def _database() -> Iterator[str]:
-    """A fresh PostgreSQL database's URL, dropped afterwards whatever happens."""
+def _database(suffix: str = "") -> Iterator[str]:
+    """A fresh PostgreSQL database's URL, dropped afterwards whatever happens; ``suffix``
+    tells apart several open at once."""
     from psycopg import sql
 
-    name = f"cited_answers_bench_{os.getpid()}"
+    name = f"cited_answers_bench_{os.getpid()}{suffix}"
     ident = sql.Identifier(name)
     admin = services.postgres_admin()  # Unavailable before anything is run
     try:

@@ -1,21 +1,26 @@
 """12. Questions among real documentation (issue 23): the time from an ask to its
-``references`` event on the demo corpus, then with the HTML documentation Debian ships for
-Django, PostgreSQL, SciPy and pandas ingested beside it, on each backend.
+``references`` event on the demo corpus, and on the demo corpus with the HTML documentation
+Debian ships for Django, PostgreSQL, SciPy and pandas ingested beside it, on each backend.
 
-Each backend runs in a process of its own (``python -m bench.real_corpora``, as sections 8
-and 9 do) on a fresh database: the demo corpus through ``ingest --python-docs``, every
-Python question of ``eval/python-docs.*.jsonl`` asked once to warm up and then timed, the
-doc sets ingested through ``ingest`` (their chunks/s printed), and the same questions timed
-again. Packages that are not installed are left out, and the rows say which sets ran
-(``apt-get install python-django-doc postgresql-doc-15 python-scipy-doc
-python-pandas-doc``). Target: p50 at the largest corpus within 2x of the demo corpus's.
+Each backend gets two databases, each served by a process of its own
+(``python -m bench.real_corpora demo|docs``): one holds the demo corpus (``ingest
+--python-docs``), the other the demo corpus and the doc sets (``ingest``; their chunks/s
+printed). Each process asks every Python question of ``eval/python-docs.*.jsonl`` once to
+warm up; then the two take turns, a quarter of the questions at a time, so that drift in
+the machine's speed (this 2-core machine moves by up to 2x within minutes) falls on both
+alike: every question is timed once on each. Packages that are not installed are left out,
+and the rows say which sets ran (``apt-get install python-django-doc postgresql-doc-15
+python-scipy-doc python-pandas-doc``). Target: p50 with the doc sets within 2x of the demo
+corpus's.
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -48,54 +53,106 @@ def _questions() -> list[str]:
     return questions
 
 
-def _timed(questions: list[str]) -> list[float]:
+ROUNDS = 4  # turns each database takes; each times a quarter of the questions
+
+
+def _serve(kind: str) -> None:
+    """The child: build its corpus (``demo``: the demo corpus; ``docs``: it and the doc
+    sets), print what it built as a JSON line, warm up, then for each round number read
+    from stdin time that round's questions and print their latencies as a JSON line."""
     from asgiref.sync import async_to_sync
+    from django.core.management import call_command
     from django.test.utils import override_settings
 
+    from answers.models import Chunk
+    from answers.registry import get_search_backend
     from tests.providers import ScriptedProvider
 
     from .pipeline import _answers, _time_to_references, asker
 
+    call_command("migrate", verbosity=0)
+    call_command("ingest", python_docs=True, no_progress=True, stdout=io.StringIO())
+    built: dict[str, Any] = {"backend": get_search_backend().name}
+    if kind == "docs":
+        sets = installed_doc_sets()
+        before = Chunk.objects.count()
+        start = time.perf_counter()
+        for path in sets.values():
+            call_command("ingest", str(path), no_progress=True, stdout=io.StringIO())
+        elapsed = time.perf_counter() - start
+        built |= {
+            "sets": sorted(sets),
+            "ingest_chunks_per_s": (Chunk.objects.count() - before) / elapsed if elapsed else 0.0,
+            "ingest_seconds": elapsed,
+        }
+    built["chunks"] = Chunk.objects.count()
+    print(json.dumps(built), flush=True)
+    questions = _questions()
     user = asker()
     measure = async_to_sync(_time_to_references)
     with override_settings(ANSWERS=_answers()):
         ScriptedProvider.script = ["Short answer [1]."]
         for question in questions:  # warm-up: stems, statistics pages, plans
             measure(user, question)
-        return [measure(user, question) for question in questions]
+        for line in sys.stdin:
+            part = questions[int(line) :: ROUNDS]
+            print(json.dumps([measure(user, question) for question in part]), flush=True)
 
 
-def measure() -> dict[str, Any]:
-    """The child: the demo corpus, then the doc sets, on ``DATABASE_URL``'s backend."""
-    from django.core.management import call_command
+class _Child:
+    """One ``_serve`` process on ``database_url``."""
 
-    from answers.models import Chunk
-    from answers.registry import get_search_backend
+    def __init__(self, kind: str, database_url: str) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "bench.real_corpora", kind],
+            cwd=services.SETTINGS_FILE.parent.parent,
+            env={**os.environ, "DATABASE_URL": database_url},
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        self.built: dict[str, Any] = self._reply()
 
-    call_command("migrate", verbosity=0)
-    call_command("ingest", python_docs=True, no_progress=True, stdout=io.StringIO())
-    questions = _questions()
-    out: dict[str, Any] = {"backend": get_search_backend().name, "questions": len(questions)}
-    out["demo"] = {"chunks": Chunk.objects.count(), "latencies": _timed(questions)}
-    sets = installed_doc_sets()
-    before = Chunk.objects.count()
-    start = time.perf_counter()
-    for path in sets.values():
-        call_command("ingest", str(path), no_progress=True, stdout=io.StringIO())
-    elapsed = time.perf_counter() - start
-    added = Chunk.objects.count() - before
-    out["docs"] = {
-        "sets": sorted(sets),
-        "chunks": Chunk.objects.count(),
-        "ingest_chunks_per_s": added / elapsed if elapsed else 0.0,
-        "ingest_seconds": elapsed,
-        "latencies": _timed(questions),
+    def _reply(self) -> Any:
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline()
+        if not line:
+            code = self.process.wait()
+            raise RuntimeError(f"python -m bench.real_corpora failed ({code}), see above")
+        return json.loads(line)
+
+    def round(self, number: int) -> list[float]:
+        assert self.process.stdin is not None
+        self.process.stdin.write(f"{number}\n")
+        self.process.stdin.flush()
+        latencies: list[float] = self._reply()
+        return latencies
+
+    def close(self) -> None:
+        if self.process.stdin is not None:
+            self.process.stdin.close()
+        try:
+            self.process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+
+
+def measure(demo_url: str, docs_url: str) -> dict[str, Any]:
+    """Both databases built, then timed taking turns (the order reversed each round)."""
+    with contextlib.ExitStack() as stack:
+        demo = _Child("demo", demo_url)
+        stack.callback(demo.close)
+        docs = _Child("docs", docs_url)
+        stack.callback(docs.close)
+        latencies: dict[str, list[float]] = {"demo": [], "docs": []}
+        for number in range(ROUNDS):
+            turns = [("demo", demo), ("docs", docs)]
+            for name, child in turns if number % 2 == 0 else reversed(turns):
+                latencies[name] += child.round(number)
+    return {
+        "backend": docs.built["backend"],
+        "questions": len(latencies["docs"]),
+        "demo": {"chunks": demo.built["chunks"], "latencies": latencies["demo"]},
+        "docs": {**docs.built, "latencies": latencies["docs"]},
     }
-    return out
-
-
-def _child(database_url: str) -> dict[str, Any]:
-    return services.child_json("bench.real_corpora", database_url)
 
 
 def _rows(result: dict[str, Any]) -> list[Row]:
@@ -104,7 +161,10 @@ def _rows(result: dict[str, Any]) -> list[Row]:
     sets = "+".join(docs["sets"])
     at_demo = f"@demo ({demo['chunks']:,} chunks)"
     at_docs = f"@demo+{sets} ({docs['chunks']:,} chunks)"
-    note = f"{result['questions']} Python questions, each timed once after a warm-up pass"
+    note = (
+        f"{result['questions']} Python questions, each timed once after a warm-up pass, "
+        f"the two databases taking turns ({ROUNDS} rounds)"
+    )
     rows = []
     for name, stat, target in (("p50", median, ("<=", 2.0)), ("p95", p95, None)):
         rows.append(
@@ -127,11 +187,12 @@ def run(folder: Any, *, full: bool) -> list[Row]:
             "no Debian doc set installed (apt-get install python-django-doc postgresql-doc-15 "
             "python-scipy-doc python-pandas-doc)"
         )
-    rows = _rows(_child(f"sqlite:///{folder / 'real-corpora.sqlite3'}"))
+    sqlite = [f"sqlite:///{folder / f'real-corpora-{kind}.sqlite3'}" for kind in ("demo", "docs")]
+    rows = _rows(measure(*sqlite))
     try:
-        with _database() as url:  # Unavailable without psycopg or a server
-            rows += _rows(_child(url))
-    except services.Unavailable as exc:
+        with _database("_demo") as demo_url, _database("_docs") as docs_url:
+            rows += _rows(measure(demo_url, docs_url))
+    except services.Unavailable as exc:  # without psycopg or a server
         print(f"[bench] real corpora on PostgreSQL skipped: {exc}", file=sys.stderr)
     return rows
 
@@ -141,7 +202,7 @@ def main() -> None:
 
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.settings")
     django.setup()
-    print(json.dumps(measure()))
+    _serve(sys.argv[1])
 
 
 if __name__ == "__main__":
