@@ -20,9 +20,8 @@ from ..conf import answers_settings
 from ..events import ErrorEvent, Event, StreamEvent, TokenEvent
 from ..lane import lane_of_loop, step_aside
 from ..models import Answer
+from .control import STOP, Control, control_for_loop, control_send
 from .log import (
-    control_group,
-    end_receive,
     layer,
     layer_is_shared,
     layer_publish,
@@ -72,9 +71,17 @@ class LocalStream:
         self.events: list[StreamEvent] = []
         self.queues: set[asyncio.Queue[StreamEvent | None]] = set()
         self.ended = False
-        # Set by a stop asked in this process (one from elsewhere comes over the layer).
+        # Set by a stop asked here or elsewhere (that one through the control channel).
         self.stop = asyncio.Event()
         self.stop_reason = ""
+        # Set when a follower in another process says it listens (the control channel).
+        self.followed_elsewhere = False
+
+    def on_stop(self) -> None:
+        self.stop.set()
+
+    def on_followed(self) -> None:
+        self.followed_elsewhere = True
 
     def add(self, event: StreamEvent) -> None:
         self.events.append(event)
@@ -120,9 +127,10 @@ class Publisher:
     costs no latency. The last event reaches the followers here only once it is logged
     (a client that reconnects after it finds the whole log)."""
 
-    def __init__(self, stream: str, local: LocalStream) -> None:
+    def __init__(self, stream: str, local: LocalStream, control: Control | None) -> None:
         self.stream = stream
         self.local = local
+        self.control = control
         self.shared = layer_is_shared()
         self.seq = 0
         self.finished = False
@@ -147,14 +155,21 @@ class Publisher:
         self.failure: Exception | None = None
 
     async def _publish_to_layer(self, *, terminal: bool) -> bool:
-        """Whether this batch goes to the layer: once a follower elsewhere has said so
-        (asked at most every FOLLOWED_CHECK_SECONDS, and always for the last event)."""
+        """Whether this batch goes to the layer: once a follower elsewhere has said so.
+        It says so in the cache and to this process's control channel: the cache is read
+        with the first batch and the last (a follower that came before the generation was
+        registered here, or whose message is still on its way), the channel tells in
+        between; while the channel is down, the cache is read every
+        FOLLOWED_CHECK_SECONDS instead."""
         if not self.shared:
             return False
+        if self.followed_elsewhere or self.local.followed_elsewhere:
+            self.followed_elsewhere = True
+            return True
         now = time.monotonic()
-        if not self.followed_elsewhere and (
-            terminal or now - self.asked_at >= FOLLOWED_CHECK_SECONDS
-        ):
+        first = self.asked_at == -math.inf
+        listening = self.control is not None and self.control.healthy
+        if first or terminal or (not listening and now - self.asked_at >= FOLLOWED_CHECK_SECONDS):
             self.asked_at = now
             self.followed_elsewhere = await stream_is_followed(self.stream)
         return self.followed_elsewhere
@@ -246,14 +261,13 @@ async def answer_stream_start(*, run: pipeline.AnswerRun) -> None:
     """Generate ``run``'s answer in this process, whoever follows it (or nobody)."""
     answer_id = run.answer.pk
     stream = stream_name(run.answer)
-    control: str | None = None
+    control: Control | None = None
     try:
-        channel_layer = layer()
         if layer_is_shared():
             # Listening for a "stop" from another process before returning: a stop sent
             # right after the ask is not lost.
-            control = await channel_layer.new_channel()
-            await channel_layer.group_add(control_group(stream), control)
+            control = control_for_loop()
+            await control.acquire()
     except Exception:
         logger.exception("The stream of answer %s could not start", answer_id)
         await run.fail("the channel layer could not be reached")
@@ -261,6 +275,8 @@ async def answer_stream_start(*, run: pipeline.AnswerRun) -> None:
             "Answers cannot be streamed right now. Please try again shortly."
         ) from None
     local = local_streams[stream] = LocalStream()
+    if control is not None:
+        control.attach(stream, local)
     # A fresh context: the task must not inherit the request's (Django runs each request's
     # thread-sensitive work on an executor that ends with the request).
     task = asyncio.create_task(
@@ -276,22 +292,14 @@ async def answer_stream_start(*, run: pipeline.AnswerRun) -> None:
     task.add_done_callback(_ended)
 
 
-async def _generate(run: pipeline.AnswerRun, control: str | None, local: LocalStream) -> None:
+async def _generate(run: pipeline.AnswerRun, control: Control | None, local: LocalStream) -> None:
     answer_id = run.answer.pk
     stream = stream_name(run.answer)
-    publisher = Publisher(stream, local)
-    channel_layer = layer()
+    publisher = Publisher(stream, local, control)
     produce = asyncio.create_task(_produce(run, publisher))
-    stop_here = asyncio.ensure_future(local.stop.wait())
-    stop_there = asyncio.ensure_future(channel_layer.receive(control)) if control else None
-    waiting = {produce, stop_here} | ({stop_there} if stop_there else set())
+    stop = asyncio.ensure_future(local.stop.wait())
     try:
-        done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
-        lost = stop_there is not None and stop_there in done and not produce.done()
-        if lost and stop_there is not None and stop_there.exception() is not None:
-            # The layer failed under the listener: only a stop from this process works now.
-            logger.warning("Answer %s lost its stop channel: %r", answer_id, stop_there.exception())
-            await asyncio.wait({produce, stop_here}, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait({produce, stop}, return_when=asyncio.FIRST_COMPLETED)
         if not produce.done():
             # Stopped: the pipeline stores the partial answer as interrupted on the way out.
             if local.stop_reason:
@@ -308,11 +316,10 @@ async def _generate(run: pipeline.AnswerRun, control: str | None, local: LocalSt
         if not produce.done():  # this task itself was cancelled (shutdown)
             produce.cancel()
         await publisher.close()
-        stop_here.cancel()
+        stop.cancel()
         if control is not None:
-            await end_receive(channel_layer, control, stop_there)
-            with contextlib.suppress(Exception):
-                await channel_layer.group_discard(control_group(stream), control)
+            control.detach(stream)
+            await control.release()
 
 
 async def _produce(run: pipeline.AnswerRun, publisher: Publisher) -> None:
@@ -360,7 +367,10 @@ async def answer_stream_stop(*, answer_id: int, user: Any) -> None:
     if local is not None:
         local.stop.set()  # generated here
     elif layer_is_shared():
-        await layer().group_send(control_group(stream_name(answer)), {"type": "answer.stop"})
+        stream = stream_name(answer)
+        await control_send(stream=stream, kind=STOP)
+        # And where a process of the previous version listens, during a rolling deploy.
+        await layer().group_send(f"answers.control.{stream}", {"type": STOP})
 
 
 async def answer_streams_drain(*, grace: float) -> None:

@@ -30,10 +30,6 @@ def answer_group(stream: str) -> str:
     return f"answers.answer.{stream}"
 
 
-def control_group(stream: str) -> str:
-    return f"answers.control.{stream}"
-
-
 def log_key(stream: str, part: int | str) -> str:
     return f"answers:stream:{stream}:{part}"
 

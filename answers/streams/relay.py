@@ -18,6 +18,7 @@ from .. import pipeline, presenters, selectors, services
 from ..conf import answers_settings
 from ..events import DoneEvent, ErrorEvent, Event, StreamEvent
 from ..models import Answer
+from .control import stream_announce_follower
 from .generation import LocalStream, local_streams
 from .log import (
     answer_group,
@@ -25,7 +26,6 @@ from .log import (
     layer,
     layer_events,
     log_read,
-    stream_mark_followed,
     stream_name,
 )
 from .refusals import ABANDONED_MESSAGE, answer_for_follower
@@ -134,7 +134,7 @@ async def answer_stream_follow(
         await channel_layer.group_add(answer_group(stream), channel)
         # Subscribed, then said so, then the log is read: whatever the generating process
         # publishes before it hears of this follower is in the log.
-        await stream_mark_followed(stream)
+        await stream_announce_follower(stream)
         events = _relay(channel_layer, channel, stream, answer_id=answer_id, user=user, after=after)
     async with aclosing(events):
         async for event in events:
