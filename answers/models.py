@@ -26,6 +26,10 @@ class Document(models.Model):
     # MinHash of the body (answers.duplicates.body_signature, ADR 0032), so retrieval can
     # tell near-duplicate documents apart without reading their bodies.
     near_signature = models.BinaryField(max_length=512, editable=False, null=True)
+    # How many chunks it has, written with them (services): document ranking reads each
+    # candidate document's size (answers.ranking) instead of counting its chunks per
+    # question. Nullable only so that SQLite adds the column in place (migration 0016).
+    chunk_count = models.PositiveIntegerField(null=True, editable=False)
     access = models.CharField(max_length=16, choices=Access.choices, default=Access.EVERYONE)
     groups = models.ManyToManyField(
         Group,

@@ -213,18 +213,9 @@ def candidates_for_hits(
     each one's ``document_visible`` to them is read in the same query (the access rule of
     ``document_list_visible``, for ``document_visible_ids(read=...)``)."""
     hit_list = list(hits)
-    # Each candidate document's size in chunks (answers.ranking), counted in the same
-    # statement by the document_id index, so the fetch stays one round trip.
-    document_chunks = (
-        Chunk.objects.filter(document_id=OuterRef("document_id"))
-        .order_by()
-        .values("document_id")
-        .annotate(chunks=Count("id"))
-        .values("chunks")
-    )
     # Plain rows, not model instances: forty chunks and their documents built as models
     # (deferred fields and all) cost more than the query on the shared database thread.
-    chunks = Chunk.objects.annotate(document_chunks=Subquery(document_chunks))
+    chunks = Chunk.objects.all()
     if viewer is not None:
         visible = document_list_visible(user=viewer).filter(pk=OuterRef("document_id"))
         chunks = chunks.annotate(document_visible=Exists(visible))
@@ -242,7 +233,7 @@ def candidates_for_hits(
             "document__url",
             "document__access",
             "document__near_signature",
-            "document_chunks",
+            "document__chunk_count",
             "document_visible",
         )
     )

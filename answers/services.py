@@ -13,7 +13,6 @@ from typing import Any
 from django.contrib.auth.models import Group, User
 from django.db import IntegrityError, connection, transaction
 from django.db.models import (
-    Count,
     F,
     Field,
     Max,
@@ -646,12 +645,13 @@ def document_ingest(
                     outcome, creating = "created", True
                 elif _document_is_unchanged(document=document, title=title, digest=digest):
                     _document_apply_access(document=document, group=group)
-                    return IngestResult(document, "unchanged", document.chunks.count())
+                    return IngestResult(document, "unchanged", document.chunk_count or 0)
                 _document_assign(document=document, title=title, body=body, url=url,
                                  derived=_document_derived(body=body))  # fmt: skip
-                document.save()
                 if spans is None:
                     spans = chunk_text(body, size=chunk_size)
+                document.chunk_count = len(spans)
+                document.save()
                 _document_replace_chunks(document=document, spans=spans)
                 _document_apply_access(document=document, group=group)
             return IngestResult(document, outcome, len(spans))
@@ -727,6 +727,7 @@ def _documents_write(
         derived = _document_derived(body=source.body, near_signature=source.near_signature)
         _document_assign(document=document, title=source.title, body=source.body,
                          url=source.url, derived=derived)  # fmt: skip
+        document.chunk_count = len(spans)
         planned.append((document, outcome, spans))
     # Updates are rare (a re-ingest of changed files): saved one by one, as document_ingest.
     for document in replaced:
@@ -746,21 +747,10 @@ def _documents_write(
     )
     if group is not None:
         _documents_apply_access(documents=[document for document, _, _ in planned], group=group)
-    unchanged = [document.pk for document, outcome, _ in planned if outcome == "unchanged"]
-    counts: dict[int, int] = {}
-    if unchanged:
-        rows = (
-            Chunk.objects.filter(document_id__in=unchanged)
-            .values_list("document_id")
-            .annotate(n=Count("id"))
-            .order_by()
-        )
-        counts = dict(rows)
     return [
-        IngestResult(document, outcome,
-                     counts.get(document.pk, 0) if outcome == "unchanged" else len(spans))
-        for document, outcome, spans in planned
-    ]  # fmt: skip
+        IngestResult(document, outcome, document.chunk_count or 0)
+        for document, outcome, _ in planned
+    ]
 
 
 def search_index_maintain() -> None:
@@ -776,18 +766,20 @@ def document_save(*, document: Document, chunk_size: int) -> Document:
     digest = content_hash(document.body)
     changed = document.pk is None or digest != document.content_hash
     document.content_hash = digest
+    spans: Sequence[ChunkSpan] = ()
     if changed:
         document.near_signature = body_signature(document.body)
+        spans = chunk_text(document.body, size=chunk_size)
+        document.chunk_count = len(spans)
     with transaction.atomic():
         document.save()
         if changed:
-            _document_replace_chunks(
-                document=document, spans=chunk_text(document.body, size=chunk_size)
-            )
+            _document_replace_chunks(document=document, spans=spans)
     return document
 
 
 def _document_replace_chunks(*, document: Document, spans: Sequence[ChunkSpan]) -> None:
+    # The caller has saved document.chunk_count = len(spans) with the document.
     Chunk.objects.filter(document=document).delete()
     Chunk.objects.bulk_create(
         [

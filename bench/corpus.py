@@ -98,7 +98,14 @@ def insert_documents(documents: list[tuple[SourceDocument, str, str]]) -> int:
     with transaction.atomic():
         rows = Document.objects.bulk_create(
             [
-                Document(title=title, source_key=key, url=d.url, body=d.body, content_hash=d.digest)
+                Document(
+                    title=title,
+                    source_key=key,
+                    url=d.url,
+                    body=d.body,
+                    content_hash=d.digest,
+                    chunk_count=len(d.spans),
+                )
                 for d, title, key in documents
             ],
             batch_size=500,

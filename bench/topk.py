@@ -249,11 +249,14 @@ def measure(
     from .retrieval import LIMIT, _latencies
 
     call_command("migrate", "answers", *([schema] if schema else []), verbosity=0)
-    if schema and schema < "0012":
-        # The search schema of an older migration, with the later document column the
-        # model writes (migration 0012's near-duplicate signature; search never reads it).
-        with connection.cursor() as cursor:
+    # The search schema of an older migration, with the later document columns the model
+    # writes (migration 0012's near-duplicate signature, 0016's chunk count; the search
+    # never reads them).
+    with connection.cursor() as cursor:
+        if schema and schema < "0012":
             cursor.execute("ALTER TABLE answers_document ADD COLUMN near_signature bytea NULL")
+        if schema and schema < "0016":
+            cursor.execute("ALTER TABLE answers_document ADD COLUMN chunk_count integer NULL")
     backend: Any = get_search_backend()
     questions = _questions()
     out: dict[str, Any] = {"backend": backend.name, "server": _server(), "sizes": {}}

@@ -80,6 +80,19 @@ def assert_json_error(
     return body
 
 
+def assert_chunk_counts_stored() -> None:
+    """Every document's stored chunk count is its chunks' (migration 0016: document
+    ranking reads it instead of counting them per question)."""
+    from django.db.models import Count
+
+    from answers.models import Chunk, Document
+
+    stored = dict(Document.objects.values_list("pk", "chunk_count"))
+    counted = dict(Chunk.objects.values_list("document_id").annotate(n=Count("id")).order_by())
+    assert stored, "no documents to check"
+    assert stored == {pk: counted.get(pk, 0) for pk in stored}
+
+
 def write(path: Path, data: bytes | str) -> Path:
     """``data`` written to ``path``, folders created (text as UTF-8)."""
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -11,7 +11,7 @@ from django.urls import reverse
 from answers import pipeline, services
 from answers.models import Answer, ApiToken, Chunk, Document, Feedback, RetrievedSource
 from answers.registry import get_search_backend
-from tests.helpers import ask, staff_reviewer
+from tests.helpers import ask, assert_chunk_counts_stored, staff_reviewer
 
 pytestmark = pytest.mark.django_db
 
@@ -336,6 +336,7 @@ def test_editing_a_document_body_rechunks_it_and_is_searchable(admin_client):  #
     assert new_chunks[0].startswith("Lambdas are explained by the flibbertigibbet walrus.")
     assert len(new_chunks) > 1
     assert "".join(new_chunks).replace(" ", "") == body.strip().replace(" ", "").replace("\n", "")
+    assert_chunk_counts_stored()
 
     hits = get_search_backend().search("flibbertigibbet walrus", limit=5)
     assert hits
@@ -368,6 +369,7 @@ def test_adding_a_document_chunks_it_and_makes_it_searchable(admin_client):  # t
     assert list(document.chunks.values_list("text", flat=True)) == [
         "The snark is hunted with thimbles and care."
     ]
+    assert_chunk_counts_stored()
     hits = get_search_backend().search("snark thimbles", limit=5)
     assert hits and Chunk.objects.get(pk=hits[0].chunk_id).document_id == document.pk
 

@@ -17,7 +17,7 @@ from answers.conf import answers_settings
 from answers.management.commands.ingest import python_doc_topics
 from answers.models import Answer, ApiToken, Chunk, Document
 from tests import documents as docs
-from tests.helpers import write
+from tests.helpers import assert_chunk_counts_stored, write
 
 pytestmark = pytest.mark.django_db
 
@@ -99,6 +99,7 @@ def test_ingest_again_is_all_unchanged_and_writes_no_chunks(folder: Path) -> Non
     assert (counts["created"], counts["updated"], counts["unchanged"]) == (0, 0, 5)
     assert counts["chunks"] == 0
     assert set(Chunk.objects.values_list("pk", flat=True)) == chunk_ids
+    assert_chunk_counts_stored()
 
 
 def test_an_ingest_that_wrote_leaves_the_index_maintained(folder: Path, monkeypatch) -> None:
@@ -137,6 +138,37 @@ def test_maintaining_the_index_outside_a_transaction_vacuums_and_finds_the_same(
         assert pages > 0 and all_visible == pages
 
 
+def test_changing_one_file_through_the_single_document_path_keeps_its_chunk_count(
+    folder: Path,
+) -> None:
+    run("ingest", str(folder))
+    gamma = ingested(folder)["Gamma manual"]
+    longer = "Gamma manual\n============\n\n" + "Dunnarts hunt at night. " * 400
+    result = services.document_ingest(
+        source_key=gamma.source_key, title="Gamma manual", body=longer, chunk_size=400
+    )
+    assert result.outcome == "updated" and result.chunks > 1
+    again = services.document_ingest(
+        source_key=gamma.source_key, title="Gamma manual", body=longer, chunk_size=400
+    )
+    assert again.outcome == "unchanged" and again.chunks == result.chunks
+    assert_chunk_counts_stored()
+
+
+def test_migration_0016_counts_the_chunks_of_documents_ingested_before_it(
+    folder: Path,
+) -> None:
+    import importlib
+
+    from django.apps import apps
+
+    run("ingest", str(folder))
+    Document.objects.update(chunk_count=None)  # as the column is added
+    migration = importlib.import_module("answers.migrations.0016_document_chunk_count")
+    migration.count_chunks(apps, None)
+    assert_chunk_counts_stored()
+
+
 def test_changing_one_file_rechunks_only_it(folder: Path) -> None:
     run("ingest", str(folder))
     before = {
@@ -159,6 +191,7 @@ def test_changing_one_file_rechunks_only_it(folder: Path) -> None:
     gamma = after["Gamma manual"]
     assert "dunnarts" in gamma.chunks.get().text
     assert "quolls" not in gamma.body
+    assert_chunk_counts_stored()
 
 
 def test_bad_files_are_reported_and_do_not_stop_the_rest(folder: Path) -> None:
