@@ -213,7 +213,8 @@ def candidates_for_hits(
     each one's ``document_visible`` to them is read in the same query (the access rule of
     ``document_list_visible``, for ``document_visible_ids(read=...)``)."""
     hit_list = list(hits)
-    # Plain rows, not model instances: forty chunks and their documents built as models
+    # Each candidate document's size in chunks (answers.ranking) is stored with it
+    # (migration 0016), not counted here. Plain rows, not model instances: forty chunks and their documents built as models
     # (deferred fields and all) cost more than the query on the shared database thread.
     chunks = Chunk.objects.all()
     if viewer is not None:
