@@ -214,8 +214,9 @@ def candidates_for_hits(
     ``document_list_visible``, for ``document_visible_ids(read=...)``)."""
     hit_list = list(hits)
     # Each candidate document's size in chunks (answers.ranking) is stored with it
-    # (migration 0016), not counted here. Plain rows, not model instances: forty chunks and their documents built as models
-    # (deferred fields and all) cost more than the query on the shared database thread.
+    # (migration 0016), not counted here. Plain rows, not model instances: forty chunks
+    # and their documents built as models (deferred fields and all) cost more than the
+    # query on the shared database thread.
     chunks = Chunk.objects.all()
     if viewer is not None:
         visible = document_list_visible(user=viewer).filter(pk=OuterRef("document_id"))
