@@ -208,3 +208,22 @@ def slow_page(browser, slow_live_server):  # type: ignore[no-untyped-def]
     page = new_page(browser, slow_live_server.url, init_script=RECORD_SOCKETS)
     yield page
     page.context.close()
+
+
+@pytest.fixture
+def answer_group_sends(monkeypatch):  # type: ignore[no-untyped-def]
+    """The events the generating process sends to answers' groups on the channel layer,
+    and how many messages carried them."""
+    from channels.layers import get_channel_layer
+
+    layer = get_channel_layer()
+    sent: list[dict] = []
+    group_send = layer.group_send
+
+    async def recording(group, message):  # type: ignore[no-untyped-def]
+        if group.startswith("answers.answer."):
+            sent.append(message)
+        await group_send(group, message)
+
+    monkeypatch.setattr(layer, "group_send", recording)
+    return sent

@@ -314,23 +314,6 @@ async def test_many_answers_streaming_at_once_each_reach_their_follower_whole(
         assert stored.status == "complete" and streamed == stored.raw_text
 
 
-@pytest.fixture
-def answer_group_sends(monkeypatch):  # type: ignore[no-untyped-def]
-    """The events the generating process sends to answers' groups on the channel layer,
-    and how many messages carried them."""
-    layer = get_channel_layer()
-    sent: list[dict] = []
-    group_send = layer.group_send
-
-    async def recording(group, message):  # type: ignore[no-untyped-def]
-        if group.startswith("answers.answer."):
-            sent.append(message)
-        await group_send(group, message)
-
-    monkeypatch.setattr(layer, "group_send", recording)
-    return sent
-
-
 async def test_an_answer_followed_only_where_it_is_generated_sends_nothing_to_the_layer(
     corpus, asker, answer_group_sends
 ):

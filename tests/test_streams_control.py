@@ -162,18 +162,8 @@ async def test_a_stop_from_another_process_reaches_the_answer(corpus, asker, scr
 @on_redis
 @pytest.mark.django_db(transaction=True)
 async def test_a_follower_announced_mid_answer_gets_the_next_events_on_the_layer(
-    corpus, asker, scripted, control_calls, monkeypatch
+    corpus, asker, scripted, control_calls, answer_group_sends
 ):
-    sent: list[dict] = []
-    layer = get_channel_layer()
-    group_send = layer.group_send
-
-    async def recording(group, message):  # type: ignore[no-untyped-def]
-        if group.startswith("answers.answer."):
-            sent.append(message)
-        await group_send(group, message)
-
-    monkeypatch.setattr(layer, "group_send", recording)
     scripted.script = [f"w{n} " for n in range(100)] + ["See [1]."]
     scripted.delay = 0.01
     run = await pipeline.start_answer(user=asker, question=QUESTION)
@@ -184,7 +174,7 @@ async def test_a_follower_announced_mid_answer_gets_the_next_events_on_the_layer
         stream=stream_log.stream_name(run.answer), kind=stream_control.FOLLOWED
     )
     seen += [e async for e in events]
-    on_layer = [e.seq for message in sent for e in stream_log.layer_events(message)]
+    on_layer = [e.seq for message in answer_group_sends for e in stream_log.layer_events(message)]
     terminal = seen[-1].seq
     assert on_layer and on_layer[-1] == terminal
     # Events went out live before the last one, not only the last word.
