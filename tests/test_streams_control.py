@@ -112,6 +112,14 @@ def control_calls(monkeypatch):  # type: ignore[no-untyped-def]
     return calls
 
 
+async def _streaming(asker, scripted, *, words: int, delay: float):  # type: ignore[no-untyped-def]
+    """An answer of ``words`` scripted tokens, ``delay`` apart, and its asker's events."""
+    scripted.script = [f"w{n} " for n in range(words)] + ["See [1]."]
+    scripted.delay = delay
+    run = await pipeline.start_answer(user=asker, question=QUESTION)
+    return run, await streams.answer_stream_ask(run=run)
+
+
 @on_redis
 @pytest.mark.django_db(transaction=True)
 async def test_a_burst_of_answers_shares_one_listener_joined_once(
@@ -142,10 +150,7 @@ async def test_a_burst_of_answers_shares_one_listener_joined_once(
 @on_redis
 @pytest.mark.django_db(transaction=True)
 async def test_a_stop_from_another_process_reaches_the_answer(corpus, asker, scripted):
-    scripted.script = [f"w{n} " for n in range(400)] + ["See [1]."]
-    scripted.delay = 0.01
-    run = await pipeline.start_answer(user=asker, question=QUESTION)
-    events = await streams.answer_stream_ask(run=run)
+    run, events = await _streaming(asker, scripted, words=400, delay=0.01)
     first = await events.__anext__()
     # What answer_stream_stop sends from a process where the answer is not generated.
     await stream_control.control_send(
@@ -164,10 +169,7 @@ async def test_a_stop_from_another_process_reaches_the_answer(corpus, asker, scr
 async def test_a_follower_announced_mid_answer_gets_the_next_events_on_the_layer(
     corpus, asker, scripted, control_calls, answer_group_sends
 ):
-    scripted.script = [f"w{n} " for n in range(100)] + ["See [1]."]
-    scripted.delay = 0.01
-    run = await pipeline.start_answer(user=asker, question=QUESTION)
-    events = await streams.answer_stream_ask(run=run)
+    run, events = await _streaming(asker, scripted, words=100, delay=0.01)
     seen = [await events.__anext__() for _ in range(3)]
     # Only the message: the cache says nothing, so only the control channel can tell.
     await stream_control.control_send(
@@ -187,11 +189,8 @@ async def test_a_follower_announced_mid_answer_gets_the_next_events_on_the_layer
 async def test_while_the_channel_is_down_answers_ask_the_cache_as_before(
     corpus, asker, scripted, control_calls, monkeypatch
 ):
-    scripted.script = [f"w{n} " for n in range(60)] + ["See [1]."]
-    scripted.delay = 0.02
     monkeypatch.setattr("answers.streams.generation.FOLLOWED_CHECK_SECONDS", 0.1)
-    run = await pipeline.start_answer(user=asker, question=QUESTION)
-    events = await streams.answer_stream_ask(run=run)
+    _, events = await _streaming(asker, scripted, words=60, delay=0.02)
     stream_control.control_for_loop().healthy = False  # as after a failed receive
     assert [e async for e in events][-1].event.type == "done"
     assert control_calls.count("is_followed") > 4  # every 0.1 s over about 1.2 s
