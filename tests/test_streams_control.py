@@ -6,6 +6,7 @@ its own everywhere."""
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import pytest
 from channels.layers import get_channel_layer
@@ -194,3 +195,38 @@ async def test_while_the_channel_is_down_answers_ask_the_cache_as_before(
     stream_control.control_for_loop().healthy = False  # as after a failed receive
     assert [e async for e in events][-1].event.type == "done"
     assert control_calls.count("is_followed") > 4  # every 0.1 s over about 1.2 s
+
+
+@on_redis
+@pytest.mark.django_db(transaction=True)
+async def test_after_the_layer_fails_under_the_listener_it_joins_again_and_stops_arrive(
+    corpus, asker, scripted, monkeypatch, caplog
+):
+    caplog.set_level(logging.WARNING, logger="answers.streams")
+    monkeypatch.setattr(stream_control, "RETRY_SECONDS", (0.01, 0.05))
+    layer = get_channel_layer()
+    receive = layer.receive
+    failures = [ConnectionError("Redis went away")]
+
+    async def failing_once(channel):  # type: ignore[no-untyped-def]
+        if failures:
+            raise failures.pop()
+        return await receive(channel)
+
+    monkeypatch.setattr(layer, "receive", failing_once)
+    run, events = await _streaming(asker, scripted, words=400, delay=0.01)
+    first = await events.__anext__()
+    control = stream_control.control_for_loop()
+    for _ in range(300):  # failed, waited, joined again
+        if "control channel failed" in caplog.text and control.healthy:
+            break
+        await asyncio.sleep(0.01)
+    assert not failures and control.healthy
+    assert "control channel failed" in caplog.text
+    await stream_control.control_send(
+        stream=stream_log.stream_name(run.answer), kind=stream_control.STOP
+    )
+    rest = [e async for e in events]
+    assert first.event.type == "references" and rest[-1].event.type == "done"
+    stored = await Answer.objects.aget(pk=run.answer.pk)
+    assert stored.status == Answer.Status.INTERRUPTED
