@@ -131,9 +131,13 @@ class Control:
     async def _listen(self) -> None:
         channel_layer = layer()
         retry = RETRY_SECONDS[0]
+        failed = False
         while not self.closing:
             receive: asyncio.Future[Any] | None = None
             try:
+                if failed:  # a new channel, joined again (until that succeeds)
+                    await self._join()
+                    failed = False
                 receive = asyncio.ensure_future(channel_layer.receive(self.channel))
                 while not self.closing:
                     done, _ = await asyncio.wait({receive}, timeout=REJOIN_SECONDS)
@@ -153,17 +157,14 @@ class Control:
             except Exception as exc:
                 # Stops from elsewhere are lost until it is back; followers elsewhere are
                 # still noticed through the cache.
-                self.healthy = False
+                self.healthy, failed = False, True
                 if receive is not None and not receive.done():
                     receive.cancel()
                 logger.warning("The answers' control channel failed (%r); retrying", exc)
-                await asyncio.sleep(retry)
-                retry = min(retry * 2, RETRY_SECONDS[1])
                 with contextlib.suppress(Exception):
                     await channel_layer.group_discard(CONTROL_GROUP, self.channel)
-                with contextlib.suppress(Exception):
-                    if not self.closing:
-                        await self._join()
+                await asyncio.sleep(retry)
+                retry = min(retry * 2, RETRY_SECONDS[1])
 
     def dispatch(self, message: dict[str, Any]) -> None:
         """Hand ``message`` to the answer it names (kept a while if it is not here yet)."""

@@ -74,7 +74,8 @@ class LocalStream:
         # Set by a stop asked here or elsewhere (that one through the control channel).
         self.stop = asyncio.Event()
         self.stop_reason = ""
-        # Set when a follower in another process says it listens (the control channel).
+        # Set once a follower in another process says it listens (the control channel,
+        # or the cache when the publisher asks it); from then on every event goes to the layer.
         self.followed_elsewhere = False
 
     def on_stop(self) -> None:
@@ -137,9 +138,8 @@ class Publisher:
         # Set with the cancel: a cancel that lands in a sync_to_async call is swallowed
         # (asgiref waits for the thread and returns its result), so the loop checks too.
         self.stopping = False
-        # Whether a follower in another process has said it listens (then every event goes
-        # to the layer), and when that was last asked.
-        self.followed_elsewhere = False
+        # When the cache was last asked whether a follower elsewhere listens (the answer
+        # is then marked: LocalStream.followed_elsewhere).
         self.asked_at = -math.inf
         self.inline = log_is_local() and not self.shared
         # Events published but not yet flushed (event, its dict), and events flushed but
@@ -163,16 +163,15 @@ class Publisher:
         FOLLOWED_CHECK_SECONDS instead."""
         if not self.shared:
             return False
-        if self.followed_elsewhere or self.local.followed_elsewhere:
-            self.followed_elsewhere = True
+        if self.local.followed_elsewhere:
             return True
         now = time.monotonic()
         first = self.asked_at == -math.inf
         listening = self.control is not None and self.control.healthy
         if first or terminal or (not listening and now - self.asked_at >= FOLLOWED_CHECK_SECONDS):
             self.asked_at = now
-            self.followed_elsewhere = await stream_is_followed(self.stream)
-        return self.followed_elsewhere
+            self.local.followed_elsewhere = await stream_is_followed(self.stream)
+        return self.local.followed_elsewhere
 
     def _log_due(self, *, terminal: bool, to_layer: bool) -> bool:
         if self.log_in_memory or to_layer or terminal:
@@ -365,7 +364,7 @@ async def answer_stream_stop(*, answer_id: int, user: Any) -> None:
         raise AnswerNotStreaming("The answer is not being generated.", answer=answer)
     local = local_streams.get(stream_name(answer))
     if local is not None:
-        local.stop.set()  # generated here
+        local.on_stop()  # generated here
     elif layer_is_shared():
         stream = stream_name(answer)
         await control_send(stream=stream, kind=STOP)
