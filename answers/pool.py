@@ -1,5 +1,6 @@
 """The served process's database connections, readied when the server starts: the
-PostgreSQL pool opened full, or on SQLite one connection held open (ADR 0035)."""
+PostgreSQL pool opened full, or on SQLite one connection held open (ADR 0035) and the
+shared database thread's own connection kept between calls (ADR 0038)."""
 
 from __future__ import annotations
 
@@ -8,12 +9,18 @@ import sys
 import threading
 from typing import Any
 
+from asgiref.sync import SyncToAsync
 from django.db import connections
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.backends.signals import connection_created
 from django.db.backends.sqlite3.base import DatabaseWrapper as SQLiteDatabase
 
 # SQLite: a connection per database file, held for the life of the process (see below).
 _sqlite_holders: dict[str, sqlite3.Connection] = {}
 _sqlite_holders_lock = threading.Lock()
+# Set on the one thread whose SQLite connections are kept between calls (below).
+_shared_thread = threading.local()
+_kept_aliases: set[str] = set()
 
 
 def database_pool_open(*, alias: str = "default") -> bool:
@@ -63,10 +70,43 @@ def database_sqlite_hold(*, alias: str = "default") -> bool:
     return True
 
 
+def database_sqlite_keep_shared(*, alias: str = "default") -> bool:
+    """On SQLite, keep the connection of the thread that all WebSocket answers' database
+    work shares (asgiref's one thread-sensitive thread, which Channels'
+    ``database_sync_to_async`` and the pipeline's steps run on) open between calls, as
+    ``CONN_MAX_AGE`` would, for that thread only. Django closes a connection after each
+    call there (``CONN_MAX_AGE`` 0), and opening one costs a file open, Django's
+    functions registered and the schema parsed again: five or so per answer, 14 % of a
+    daphne's CPU at 500 answers at once. Other threads (an HTTP request's, one per
+    request under ASGI) still close theirs, so none is left behind by a thread that ends.
+    A kept connection holds no transaction between calls (autocommit), and one left
+    unusable or mid-transaction is still closed by ``close_old_connections``. False
+    (nothing done) on another database or an in-memory one."""
+    wrapper = connections[alias]
+    if not isinstance(wrapper, SQLiteDatabase) or wrapper.is_in_memory_db():
+        return False
+    _kept_aliases.add(alias)
+    connection_created.connect(_keep_on_shared_thread, dispatch_uid="answers.pool.keep")
+    # Queued first on that thread's executor, so it runs before any later database work.
+    SyncToAsync.single_thread_executor.submit(_mark_shared_thread)
+    return True
+
+
+def _mark_shared_thread() -> None:
+    _shared_thread.keep = True
+
+
+def _keep_on_shared_thread(*, connection: BaseDatabaseWrapper, **kwargs: object) -> None:
+    # Django sets close_at from CONN_MAX_AGE just before this signal; None keeps it open.
+    if getattr(_shared_thread, "keep", False) and connection.alias in _kept_aliases:
+        connection.close_at = None
+
+
 def database_open(*, alias: str = "default") -> None:
     """Ready ``alias`` for serving: its pool opened full (PostgreSQL), or a connection held
-    open (SQLite)."""
-    database_pool_open(alias=alias) or database_sqlite_hold(alias=alias)
+    open and the shared thread's connection kept (SQLite)."""
+    if not database_pool_open(alias=alias) and database_sqlite_hold(alias=alias):
+        database_sqlite_keep_shared(alias=alias)
 
 
 def database_pool_open_on_startup() -> bool:

@@ -1,0 +1,169 @@
+"""``answers.pool``: on SQLite, the shared database thread keeps its connection between
+calls, and no other thread does (ADR 0038)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from asgiref.sync import SyncToAsync, ThreadSensitiveContext
+from channels.db import database_sync_to_async
+from django.db import connection, connections
+from django.db.backends.signals import connection_created
+
+from answers import pool
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def sqlite_only() -> None:
+    if connections["default"].vendor != "sqlite":
+        pytest.skip("SQLite's connections (PostgreSQL has its pool)")
+
+
+@pytest.fixture
+def kept(sqlite_only: None) -> Iterator[None]:
+    """``database_sqlite_keep_shared`` in this process, undone afterwards: the shared
+    thread's connection closed and the thread no longer marked."""
+    assert pool.database_sqlite_keep_shared()
+    yield
+    connection_created.disconnect(dispatch_uid="answers.pool.keep")
+    pool._kept_aliases.clear()
+
+    def forget() -> None:
+        connections.close_all()
+        pool._shared_thread.keep = False
+
+    SyncToAsync.single_thread_executor.submit(forget).result()
+
+
+def _opened() -> Iterator[list[object]]:
+    """A list that collects each connection Django opens while it is in use."""
+    opened: list[object] = []
+
+    def count(*, connection: object, **kwargs: object) -> None:
+        opened.append(connection)
+
+    connection_created.connect(count, weak=False, dispatch_uid="tests.pool.count")
+    try:
+        yield opened
+    finally:
+        connection_created.disconnect(dispatch_uid="tests.pool.count")
+
+
+opened = pytest.fixture(_opened)
+
+
+@database_sync_to_async
+def _query() -> object:
+    """A query on the calling thread's connection; the sqlite3 connection it ran on."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1")
+    return connection.connection
+
+
+async def test_the_shared_thread_opens_one_connection_for_many_calls(kept, opened):
+    """Channels closes a connection around every call (``close_old_connections``): on the
+    thread all socket answers share, that was a file open, Django's functions and the
+    schema again, several times an answer. Kept, every call uses the same one."""
+    first = await _query()
+    for _ in range(4):
+        assert await _query() is first
+    assert len(opened) == 1
+
+
+async def test_other_threads_still_close_their_connections(kept, opened):
+    """An HTTP request under ASGI runs its sync code on a thread of its own
+    (``ThreadSensitiveContext``): its connection is closed after each call as before, so a
+    request's thread that ends leaves no connection behind."""
+    for _ in range(3):
+        async with ThreadSensitiveContext():
+            await _query()
+    assert len(opened) == 3
+
+    @database_sync_to_async
+    def closed_after() -> bool:
+        return connection.connection is None
+
+    async with ThreadSensitiveContext():
+        await _query()
+        assert await closed_after()
+
+
+async def test_a_kept_connection_left_in_a_transaction_is_closed(kept, opened):
+    """A kept connection never carries a broken state into the next call: one left
+    outside autocommit (an error escaped a transaction) is closed and a new one opened."""
+
+    @database_sync_to_async
+    def leave_in_transaction() -> None:
+        connection.set_autocommit(False)
+
+    await _query()
+    await leave_in_transaction()
+    await _query()
+    assert len(opened) == 2
+
+
+async def test_without_the_server_start_nothing_is_kept(sqlite_only, opened):
+    """Only a served process keeps the connection (``database_open`` when daphne runs):
+    tests and commands keep Django's behaviour."""
+    await _query()
+    await _query()
+    assert len(opened) == 2
+
+
+def _database_handles(pid: int, database: Path) -> int:
+    """How many file descriptors of process ``pid`` are open on ``database``."""
+    count = 0
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            if Path(os.readlink(fd)) == database:
+                count += 1
+        except OSError:  # closed meanwhile
+            continue
+    return count
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="reads /proc")
+async def test_a_served_process_holds_a_fixed_number_of_connections(
+    sqlite_only, daphne_live_server, asker
+):
+    """Under daphne, socket answers and JSON asks (each request on a thread of its own)
+    leave the same connections open however many questions come: the held one, the
+    shared thread's kept one, and nothing per request."""
+    from asgiref.sync import sync_to_async
+
+    from tests.helpers import bearer_headers
+    from tests.sockets import live_receive_until_final, live_socket, session_cookie
+
+    server = daphne_live_server
+    database = Path(connections["default"].settings_dict["NAME"]).resolve()
+    cookie = await sync_to_async(session_cookie)(asker)
+    headers = await sync_to_async(bearer_headers)(asker, name="pool")
+    counts = [_database_handles(server.process.pid, database)]
+    for i in range(3):
+        socket = await live_socket(server, cookie)
+        try:
+            await socket.send(json.dumps({"type": "ask", "question": f"lambda {i}"}))
+            messages = await live_receive_until_final(socket)
+        finally:
+            await socket.close()
+        assert messages[-1]["type"] == "done", messages[-1]
+        import httpx
+
+        async with httpx.AsyncClient() as client:
+            response = await client.post(
+                f"{server.url}/api/answers", json={"question": f"lambda {i}"},
+                headers=headers, timeout=60,
+            )  # fmt: skip
+        assert response.status_code == 200, response.text
+        await asyncio.sleep(0.2)  # what the requests opened is closed by now
+        counts.append(_database_handles(server.process.pid, database))
+    # One held from the start (ADR 0035); after questions, the same few, never more.
+    assert counts[0] == 1
+    assert counts[1] == counts[2] == counts[3] <= 3, counts
