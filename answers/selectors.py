@@ -68,6 +68,12 @@ ASK_PERMISSION = "answers.ask_question"
 
 
 def user_can_ask(*, user: AnyUser) -> bool:
+    """Whether ``user`` holds the ask permission: one query where it can be read as rows
+    (``user_ask_permission_rows``), else Django's ``has_perm`` (ModelBackend reads the
+    user's permissions and their groups' in two queries, cached on the user object)."""
+    rows = user_ask_permission_rows(user=user)
+    if rows is not None:
+        return rows.exists()
     return bool(user.is_authenticated and user.is_active and user.has_perm(ASK_PERMISSION))
 
 

@@ -1,0 +1,55 @@
+"""``answers.selectors``: the ask permission read in one query."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth.models import Group, Permission, User
+
+from answers import selectors
+
+pytestmark = pytest.mark.django_db
+
+
+def _fresh(user: User) -> User:
+    """The user as a socket or request loads them: no permission read yet."""
+    return User.objects.get(pk=user.pk)
+
+
+def test_the_ask_permission_is_one_query_whether_held_directly_or_by_a_group(
+    asker, no_ask_user, django_assert_num_queries
+):
+    """A socket checks the permission when it connects (and each page when it loads):
+    one query where ModelBackend took two (the user's permissions, then their groups')."""
+    may, may_not = _fresh(asker), _fresh(no_ask_user)
+    with django_assert_num_queries(1):
+        assert selectors.user_can_ask(user=may)
+    with django_assert_num_queries(1):
+        assert not selectors.user_can_ask(user=may_not)
+    group = Group.objects.create(name="askers")
+    group.permissions.add(Permission.objects.get(codename="ask_question"))
+    no_ask_user.groups.add(group)
+    by_group = _fresh(no_ask_user)
+    with django_assert_num_queries(1):
+        assert selectors.user_can_ask(user=by_group)
+    group.permissions.clear()
+    assert not selectors.user_can_ask(user=_fresh(no_ask_user))
+
+
+def test_inactive_users_and_anonymous_ones_may_not_ask(asker, django_assert_num_queries):
+    from django.contrib.auth.models import AnonymousUser
+
+    asker.is_active = False
+    with django_assert_num_queries(0):
+        assert not selectors.user_can_ask(user=asker)
+        assert not selectors.user_can_ask(user=AnonymousUser())
+
+
+def test_a_backend_that_grants_by_itself_is_still_asked(no_ask_user, settings):
+    """Rows decide only when ModelBackend alone grants; any other backend is asked."""
+    settings.AUTHENTICATION_BACKENDS = [
+        *settings.AUTHENTICATION_BACKENDS,
+        "tests.test_pipeline.GrantsAsking",
+    ]
+    assert selectors.user_can_ask(user=_fresh(no_ask_user))
+    settings.AUTHENTICATION_BACKENDS = ["tests.test_pipeline.DeniesAsking"]
+    assert not selectors.user_can_ask(user=_fresh(no_ask_user))
