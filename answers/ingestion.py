@@ -599,13 +599,30 @@ def _titles_in_order(root: lxml.etree._Element) -> Iterator[lxml.etree._Element]
         yield from following.iter("title")
 
 
-def _extract_html(data: bytes) -> tuple[str | None, str]:
+def _html_root(data: bytes) -> lxml.etree._Element | None:
+    """The page's parsed tree. Bytes that are already clean UTF-8 (no NUL, no BOM: most
+    pages) go to libxml2 as they are, told their encoding: it parses bytes a quarter
+    faster than a Python string, which it must first encode again. Anything else is
+    decoded as the page says (invalid bytes replaced), cleaned, and parsed as text: the
+    same tree either way for clean UTF-8 (``bench.extraction_check`` over Debian's pages)."""
+    encoding = _html_encoding(data)
+    if encoding == "utf-8" and b"\x00" not in data and not data.startswith(codecs.BOM_UTF8):
+        try:
+            data.decode("utf-8")  # strict: a C pass that only validates
+        except UnicodeDecodeError:
+            pass
+        else:
+            return lxml.etree.fromstring(data, parser=_UTF8_HTML_PARSER)
     # libxml2's HTML parser (lxml) rather than BeautifulSoup's html.parser: about 20x faster.
-    text = _sanitize(data.decode(_html_encoding(data), errors="replace"))
+    text = _sanitize(data.decode(encoding, errors="replace"))
     # XHTML pages open with <?xml ... encoding=...?>, which lxml refuses in a str.
     text = _XML_DECLARATION.sub("", text.lstrip("\ufeff"), count=1)
+    return lxml.etree.fromstring(text, parser=_HTML_PARSER)
+
+
+def _extract_html(data: bytes) -> tuple[str | None, str]:
     try:
-        root = lxml.etree.fromstring(text, parser=_HTML_PARSER)
+        root = _html_root(data)
     except (lxml.etree.LxmlError, ValueError) as exc:
         raise ExtractionError("HTML file has no readable text") from exc
     if root is None:  # nothing but whitespace or comments
@@ -750,6 +767,9 @@ _XML_DECLARATION = re.compile(r"\A\s*<\?xml[^>]*>")
 # lxml.etree's parser, not lxml.html's: plain elements, without a Python class looked up per
 # element (HtmlElement's methods are not needed here).
 _HTML_PARSER = lxml.etree.HTMLParser(remove_comments=True, remove_pis=True, recover=True)
+_UTF8_HTML_PARSER = lxml.etree.HTMLParser(
+    remove_comments=True, remove_pis=True, recover=True, encoding="utf-8"
+)
 
 
 # -------------------------------------------------------------------------- PDF
