@@ -8,7 +8,7 @@ import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from django.contrib.auth.models import Group, User
 from django.db import IntegrityError, connection, transaction
@@ -43,6 +43,8 @@ from .registry import get_search_backend
 from .selectors import api_token_get_active
 from .support import citations_support
 from .types import Candidate, NumberedSource
+
+T = TypeVar("T")
 
 TOKEN_PREFIX = "ca_"  # noqa: S105 (a prefix, not a secret)
 # Writing last_used_at on every request would make every read a write.
@@ -277,24 +279,52 @@ def question_create(
 
 
 def _retrieved_sources_insert(*, question_id: int, candidates: Sequence[Candidate]) -> None:
-    """Store every candidate of a question with its fate, as ``bulk_create`` would, written
-    out: ``bulk_create`` prepared each of the forty rows' fourteen values one call at a
-    time, 1.5 ms an answer on the one thread database work shares (ADR 0035). The other
-    columns get their defaults. SQLite gets ``bulk_create``'s statements and batches;
-    PostgreSQL one statement of a column array each."""
-    if not candidates:
+    """Store every candidate of a question with its fate (``_rows_insert``: ``bulk_create``
+    prepared each of the forty rows' fourteen values one call at a time, 1.5 ms an answer
+    on the one thread database work shares, ADR 0035)."""
+    _rows_insert(
+        model=RetrievedSource,
+        items=candidates,
+        given={
+            "question_id": lambda c: question_id,
+            "document_id": lambda c: c.document_id,
+            "chunk_id": lambda c: c.chunk_id,
+            "rank": lambda c: c.rank,
+            "score": lambda c: float(c.score),
+            "rerank_score": lambda c: None if c.rerank_score is None else float(c.rerank_score),
+            "prompt_number": lambda c: c.prompt_number,
+            "dropped_reason": lambda c: c.dropped_reason,
+        },
+    )
+
+
+def _chunks_insert(*, chunks: Sequence[tuple[int, ChunkSpan]]) -> None:
+    """Store each ``(document id, span)`` as a chunk (``_rows_insert``: Django prepared each
+    chunk's five values one call at a time, about half of an ingest writer's own CPU)."""
+    _rows_insert(
+        model=Chunk,
+        items=chunks,
+        given={
+            "document_id": lambda c: c[0],
+            "ordinal": lambda c: c[1].ordinal,
+            "text": lambda c: c[1].text,
+            "start": lambda c: c[1].start,
+            "end": lambda c: c[1].end,
+        },
+    )
+
+
+def _rows_insert(
+    *, model: type[Model], items: Sequence[T], given: dict[str, Callable[[T], Any]]
+) -> None:
+    """A row of ``model`` per item, as ``bulk_create`` would insert them, written out: the
+    values ``given`` (a column's attname to the item's value, already what the database
+    stores) and every other column's default, without Django preparing each value of each
+    row. SQLite gets ``bulk_create``'s statements and batches; PostgreSQL one statement
+    of a column array each. Nothing is returned (no primary keys)."""
+    if not items:
         return
-    fields = [field for field in RetrievedSource._meta.concrete_fields if not field.primary_key]
-    given: dict[str, Callable[[Candidate], Any]] = {
-        "question_id": lambda c: question_id,
-        "document_id": lambda c: c.document_id,
-        "chunk_id": lambda c: c.chunk_id,
-        "rank": lambda c: c.rank,
-        "score": lambda c: float(c.score),
-        "rerank_score": lambda c: None if c.rerank_score is None else float(c.rerank_score),
-        "prompt_number": lambda c: c.prompt_number,
-        "dropped_reason": lambda c: c.dropped_reason,
-    }
+    fields = [field for field in model._meta.concrete_fields if not field.primary_key]
     defaults = {
         field.attname: field.get_db_prep_save(field.get_default(), connection)
         for field in fields
@@ -302,15 +332,15 @@ def _retrieved_sources_insert(*, question_id: int, candidates: Sequence[Candidat
     }
     quote = connection.ops.quote_name
     columns = ", ".join(quote(str(field.column)) for field in fields)
-    table = quote(RetrievedSource._meta.db_table)
+    table = quote(model._meta.db_table)
     if connection.vendor == "postgresql":
-        # One array a column: the driver quotes fourteen arrays instead of forty rows'
-        # 560 values (1.9 ms of the shared thread's CPU an answer, 0.7 ms this way; the
+        # One array a column: the driver quotes a few arrays instead of every row's values
+        # (1.9 ms of the shared thread's CPU for forty candidates, 0.7 ms this way; the
         # server parses a short statement too: 1.1 ms of its CPU down to 0.75).
         arrays = [
-            [given[field.attname](c) for c in candidates]
+            [given[field.attname](item) for item in items]
             if field.attname in given
-            else [defaults[field.attname]] * len(candidates)
+            else [defaults[field.attname]] * len(items)
             for field in fields
         ]
         casts = ", ".join(f"%s::{field.cast_db_type(connection)}[]" for field in fields)
@@ -321,13 +351,13 @@ def _retrieved_sources_insert(*, question_id: int, candidates: Sequence[Candidat
             )
         return
     row = "(" + ", ".join(["%s"] * len(fields)) + ")"
-    size = connection.ops.bulk_batch_size(fields, list(candidates)) or len(candidates)
+    size = connection.ops.bulk_batch_size(fields, list(items)) or len(items)
     with connection.cursor() as cursor:
-        for start in range(0, len(candidates), size):
-            batch = candidates[start : start + size]
+        for start in range(0, len(items), size):
+            batch = items[start : start + size]
             params = [
-                given[field.attname](c) if field.attname in given else defaults[field.attname]
-                for c in batch
+                given[field.attname](item) if field.attname in given else defaults[field.attname]
+                for item in batch
                 for field in fields
             ]
             cursor.execute(
@@ -736,14 +766,13 @@ def _documents_write(
         Chunk.objects.filter(document__in=replaced).delete()
     # Both backends return the new primary keys from a bulk INSERT (SQLite from 3.35).
     Document.objects.bulk_create(created)
-    Chunk.objects.bulk_create(
-        [
-            Chunk(document=document, ordinal=s.ordinal, text=s.text, start=s.start, end=s.end)
+    _chunks_insert(
+        chunks=[
+            (document.pk, span)
             for document, outcome, spans in planned
             if outcome != "unchanged"
-            for s in spans
-        ],
-        batch_size=500,
+            for span in spans
+        ]
     )
     if group is not None:
         _documents_apply_access(documents=[document for document, _, _ in planned], group=group)
@@ -781,13 +810,7 @@ def document_save(*, document: Document, chunk_size: int) -> Document:
 def _document_replace_chunks(*, document: Document, spans: Sequence[ChunkSpan]) -> None:
     # The caller has saved document.chunk_count = len(spans) with the document.
     Chunk.objects.filter(document=document).delete()
-    Chunk.objects.bulk_create(
-        [
-            Chunk(document=document, ordinal=s.ordinal, text=s.text, start=s.start, end=s.end)
-            for s in spans
-        ],
-        batch_size=500,
-    )
+    _chunks_insert(chunks=[(document.pk, span) for span in spans])
 
 
 def _documents_apply_access(*, documents: Sequence[Document], group: Group) -> None:
