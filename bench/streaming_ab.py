@@ -1,10 +1,11 @@
 """Section 6's WebSocket load for two or more checkouts, on SQLite, in paired rounds.
 
-``python -m bench.streaming_ab NAME=PATH NAME=PATH... [--rounds N] [--clients N]
-[--provider fast|paced]``
+``python -m bench.streaming_ab NAME=PATH[@VAR=VALUE...] NAME=PATH... [--rounds N]
+[--clients N] [--provider fast|paced]``
 
 The demo corpus on one SQLite database and one daphne per NAME serving the code at PATH
-(the in-memory stack: the local-memory cache and channel layer), all up at once, with a
+with the extra environment given after ``@`` (as ``bench.scale_out_ab`` takes it; the
+in-memory stack: the local-memory cache and channel layer), all up at once, with a
 stamped provider (``bench.providers``: 40 tokens as fast as it can, or 20 a second). Each
 is warmed with one round, then rounds of N clients asking at once take turns (the order
 reversed every round), so drift in the machine's load hits every checkout alike. Prints
@@ -30,24 +31,13 @@ PROVIDERS = {
 }
 
 
-def _checkouts(specs: list[str]) -> dict[str, Path]:
-    checkouts = {}
-    for spec in specs:
-        name, _, path = spec.partition("=")
-        if not name or not Path(path, "answers").is_dir():
-            raise SystemExit(f"not NAME=PATH of a checkout: {spec!r}")
-        checkouts[name] = Path(path).resolve()
-    return checkouts
-
-
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.streaming_ab")
-    parser.add_argument("checkouts", nargs="+", metavar="NAME=PATH")
+    parser.add_argument("checkouts", nargs="+", metavar="NAME=PATH[@VAR=VALUE...]")
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--clients", type=int, default=500)
     parser.add_argument("--provider", choices=sorted(PROVIDERS), default="fast")
     args = parser.parse_args(argv)
-    checkouts = _checkouts(args.checkouts)
     folder = Path(tempfile.mkdtemp(prefix="cited-answers-streaming-ab-"))
     try:
         from .__main__ import _environment
@@ -59,7 +49,9 @@ def main(argv: list[str]) -> None:
         from . import ingest, streaming
         from .db import Databases
         from .scale_out import _cpu_seconds, taking_turns
+        from .scale_out_ab import _checkouts
 
+        checkouts = _checkouts(args.checkouts)
         dbs = Databases(folder, database)
         dbs.migrate()
         ingest.demo_corpus(dbs)
@@ -70,9 +62,10 @@ def main(argv: list[str]) -> None:
             ports = {
                 name: servers.enter_context(
                     streaming.daphne("config.asgi:application", database, folder / "daphne.log",
-                                     PROVIDERS[args.provider], checkout=path)
+                                     PROVIDERS[args.provider], env_extra=env,
+                                     checkout=Path(path))
                 )
-                for name, path in checkouts.items()
+                for name, (path, env) in checkouts.items()
             }  # fmt: skip
 
             def burst(name: str) -> dict[str, Any]:
