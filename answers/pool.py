@@ -81,14 +81,18 @@ def database_sqlite_keep_shared(*, alias: str = "default") -> bool:
     request under ASGI) still close theirs, so none is left behind by a thread that ends.
     A kept connection holds no transaction between calls (autocommit), and one left
     unusable or mid-transaction is still closed by ``close_old_connections``. False
-    (nothing done) on another database or an in-memory one."""
+    (nothing done) on another database, an in-memory one, or an asgiref without that
+    thread."""
     wrapper = connections[alias]
-    if not isinstance(wrapper, SQLiteDatabase) or wrapper.is_in_memory_db():
+    # The executor is asgiref's class attribute, not documented API: without it (another
+    # asgiref), nothing is kept and Django's behaviour stays.
+    executor = getattr(SyncToAsync, "single_thread_executor", None)
+    if not isinstance(wrapper, SQLiteDatabase) or wrapper.is_in_memory_db() or executor is None:
         return False
     _kept_aliases.add(alias)
     connection_created.connect(_keep_on_shared_thread, dispatch_uid="answers.pool.keep")
     # Queued first on that thread's executor, so it runs before any later database work.
-    SyncToAsync.single_thread_executor.submit(_mark_shared_thread)
+    executor.submit(_mark_shared_thread)
     return True
 
 

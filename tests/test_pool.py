@@ -140,6 +140,14 @@ def test_without_the_server_start_nothing_is_kept(sqlite_only, opened):
     assert len(opened) == 2
 
 
+def test_an_asgiref_without_the_shared_executor_keeps_nothing(sqlite_only, monkeypatch):
+    """The executor is asgiref's class attribute, not documented API: if a release drops
+    it, the server starts and behaves as Django does."""
+    monkeypatch.delattr(SyncToAsync, "single_thread_executor")
+    assert pool.database_sqlite_keep_shared() is False
+    assert not pool._kept_aliases
+
+
 def _database_handles(pid: int, database: Path) -> int:
     """How many file descriptors of process ``pid`` are open on ``database``."""
     count = 0
