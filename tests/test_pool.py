@@ -44,7 +44,8 @@ def kept(sqlite_only: None) -> Iterator[None]:
     SyncToAsync.single_thread_executor.submit(forget).result()
 
 
-def _opened() -> Iterator[list[object]]:
+@pytest.fixture
+def opened() -> Iterator[list[object]]:
     """A list that collects each connection Django opens while it is in use."""
     opened: list[object] = []
 
@@ -56,9 +57,6 @@ def _opened() -> Iterator[list[object]]:
         yield opened
     finally:
         connection_created.disconnect(dispatch_uid="tests.pool.count")
-
-
-opened = pytest.fixture(_opened)
 
 
 def _query() -> object:
