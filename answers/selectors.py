@@ -119,8 +119,10 @@ def user_ask_permission_rows(*, user: AnyUser) -> QuerySet[Permission] | None:
         or not user.is_active
         or getattr(user, "is_superuser", False)
         or hasattr(user, "_perm_cache")
-        # A user model with a has_perm of its own decides for itself.
-        or getattr(type(user), "has_perm", None) is not PermissionsMixin.has_perm
+        # A user model with a has_perm of its own decides for itself. ``__class__``, not
+        # type(): a request's and a socket's user is a lazy proxy, which reports the
+        # class of the user it wraps (its own type's has_perm is a proxy method).
+        or getattr(user.__class__, "has_perm", None) is not PermissionsMixin.has_perm
         or not _permissions_are_model_rows()
     ):
         return None

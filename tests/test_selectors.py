@@ -35,6 +35,27 @@ def test_the_ask_permission_is_one_query_whether_held_directly_or_by_a_group(
     assert not selectors.user_can_ask(user=_fresh(no_ask_user))
 
 
+def test_a_lazy_user_as_requests_and_sockets_carry_is_one_query_too(
+    asker, no_ask_user, django_assert_num_queries
+):
+    """``request.user`` is a ``SimpleLazyObject`` and a socket's ``scope["user"]`` a
+    Channels ``UserLazyObject``: the permission is still read in one query through them."""
+    from channels.auth import UserLazyObject
+    from django.utils.functional import SimpleLazyObject
+
+    def socket_user(user: User) -> UserLazyObject:
+        lazy = UserLazyObject()
+        lazy._wrapped = user
+        return lazy
+
+    for wrap in (lambda user: SimpleLazyObject(lambda: user), socket_user):
+        may, may_not = wrap(_fresh(asker)), wrap(_fresh(no_ask_user))
+        with django_assert_num_queries(1):
+            assert selectors.user_can_ask(user=may)
+        with django_assert_num_queries(1):
+            assert not selectors.user_can_ask(user=may_not)
+
+
 def test_inactive_users_and_anonymous_ones_may_not_ask(asker, django_assert_num_queries):
     from django.contrib.auth.models import AnonymousUser
 
