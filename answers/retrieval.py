@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from .conf import answers_settings
-from .duplicates import signature_similarity
+from .duplicates import signature_values, values_similarity
 from .models import RetrievedSource
 from .ranking import candidates_ranked
 from .registry import get_reranker, get_search_backend
@@ -139,6 +139,9 @@ def select_sources(
     numbers: dict[int, int] = {}
     grouped: dict[int, list[Candidate]] = {}
     duplicates: set[int] = set()
+    # Each numbered document's signature values, unpacked once: every later candidate
+    # with a document of its own is compared with all of them.
+    kept_values: list[frozenset[int]] = []
     for candidate in capped:
         if candidate.document_id not in visible:
             candidate.dropped_reason = Dropped.NO_ACCESS
@@ -150,8 +153,9 @@ def select_sources(
         if number is None:
             # Compared only with the documents already numbered (at most MAX_SOURCES), by
             # their stored signatures: a few comparisons per candidate, whatever the corpus.
+            values = signature_values(candidate.document_signature)
             if near_duplicate > 0 and _near_duplicate(
-                candidate, kept=grouped.values(), similarity=near_duplicate
+                values, kept=kept_values, similarity=near_duplicate
             ):
                 duplicates.add(candidate.document_id)
                 candidate.dropped_reason = Dropped.NEAR_DUPLICATE
@@ -161,6 +165,7 @@ def select_sources(
                 continue
             number = numbers[candidate.document_id] = len(numbers) + 1
             grouped[number] = []
+            kept_values.append(values)
         candidate.prompt_number = number
         grouped[number].append(candidate)
 
@@ -178,13 +183,8 @@ def select_sources(
 
 
 def _near_duplicate(
-    candidate: Candidate, *, kept: Iterable[list[Candidate]], similarity: float
+    values: frozenset[int], *, kept: Iterable[frozenset[int]], similarity: float
 ) -> bool:
-    """Whether the candidate's document is a near-duplicate of a kept source's document."""
-    if not candidate.document_signature:
-        return False
-    return any(
-        signature_similarity(candidate.document_signature, members[0].document_signature)
-        >= similarity
-        for members in kept
-    )
+    """Whether the document with these signature values is a near-duplicate of a kept
+    source's document (no values: no signature, never a duplicate)."""
+    return bool(values) and any(values_similarity(values, other) >= similarity for other in kept)

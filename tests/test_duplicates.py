@@ -10,7 +10,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from answers import services
-from answers.duplicates import HASHES, body_signature, shingles, signature_similarity
+from answers.duplicates import (
+    HASHES,
+    body_signature,
+    shingles,
+    signature_similarity,
+    signature_values,
+    values_similarity,
+)
 from answers.models import Document
 from tests.corpus import ingest_text
 
@@ -104,6 +111,8 @@ def test_similarity_is_the_estimate_first_defined(pool: list[int], data: st.Data
     expected = _similarity_as_first_defined(first, second)
     assert signature_similarity(first, second) == expected
     assert signature_similarity(memoryview(first), second) == expected
+    # What retrieval compares: each document's values unpacked once.
+    assert values_similarity(signature_values(first), signature_values(second)) == expected
     # A trailing partial value (never stored) is ignored, as it always was.
     assert signature_similarity(first + b"\x01\x02", second) == expected
 
