@@ -101,13 +101,19 @@ class Conversation(models.Model):
 class Question(models.Model):
     """A question as it was asked, and what retrieval did with it."""
 
+    # No index of its own: the unique (conversation, turn) index leads with it.
     conversation = models.ForeignKey(
-        Conversation, on_delete=models.CASCADE, related_name="questions"
+        Conversation, on_delete=models.CASCADE, related_name="questions", db_index=False
     )
     turn = models.PositiveIntegerField()
     text = models.TextField()
+    # Indexed with created_at (Meta): the per-user limits count the last minute's questions
+    # at every ask, which an index on the user alone answered by reading all of them.
     user = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="answer_questions"
+        settings.AUTH_USER_MODEL,
+        on_delete=models.CASCADE,
+        related_name="answer_questions",
+        db_index=False,
     )
     created_at = models.DateTimeField(auto_now_add=True)
     # How retrieval went, for reviewers (the admin's Retrieval section).
@@ -128,6 +134,7 @@ class Question(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["conversation", "turn"], name="answers_question_turn")
         ]
+        indexes = [models.Index(fields=["user", "created_at"], name="answers_question_user_time")]
         permissions = [("ask_question", "Can ask questions")]
 
     def __str__(self) -> str:
@@ -155,8 +162,9 @@ class RetrievedSource(models.Model):
         NEAR_DUPLICATE = "near_duplicate", "A near-duplicate of a higher-ranked source"
         SOURCE_LIMIT = "source_limit", "Over the source limit"
 
+    # No index of its own: the (question, prompt_number) index leads with it.
     question = models.ForeignKey(
-        Question, on_delete=models.CASCADE, related_name="retrieved_sources"
+        Question, on_delete=models.CASCADE, related_name="retrieved_sources", db_index=False
     )
     # A record of what was retrieved outlives the document: deleting it leaves the id (no
     # constraint, nothing cascades), and the answer then says the source was removed.
@@ -301,7 +309,10 @@ class Feedback(models.Model):
         UP = "up", "Helpful"
         DOWN = "down", "Not helpful"
 
-    answer = models.ForeignKey(Answer, on_delete=models.CASCADE, related_name="feedback")
+    # No index of its own: the unique (answer, user) index leads with it.
+    answer = models.ForeignKey(
+        Answer, on_delete=models.CASCADE, related_name="feedback", db_index=False
+    )
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="answer_feedback"
     )

@@ -101,6 +101,7 @@ def main(argv: list[str]) -> int:
         section("ingest demo corpus", lambda: ingest.demo_corpus(dbs), needed=True)
         section("hit@5", retrieval.hit_at_5)
         section("queries per answer", pipeline.queries_per_answer)
+        section("limits check growth", pipeline.limits_growth)
         section("time to references", pipeline.time_to_references)
         section("stream relay", stream_relay.run)
         section("streaming", lambda: streaming.run(dbs, folder / "daphne.log", full=FULL))

@@ -68,6 +68,53 @@ def queries_per_answer() -> list[Row]:
     return rows
 
 
+HISTORY_SIZES = (1_000, 100_000)
+
+
+def limits_growth() -> list[Row]:
+    """The per-user limits check (``services.question_check_limits``, at every ask, twice)
+    for an asker with 1,000 questions and with 100,000 (none in the last minute): it must
+    not grow with the asker's history (migration 0017's ``(user, created_at)`` index)."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from answers import services
+    from answers.models import Conversation, Question
+
+    user, _ = User.objects.get_or_create(username="bench-history")
+    Question.objects.filter(user=user).delete()
+    timings: dict[int, float] = {}
+    held = 0
+    for size in HISTORY_SIZES:
+        conversation = Conversation.objects.create(owner=user)
+        Question.objects.bulk_create(
+            (
+                Question(conversation=conversation, turn=turn, text="q", user=user)
+                for turn in range(size - held)
+            ),
+            batch_size=5_000,
+        )
+        held = size
+        earlier = timezone.now() - timedelta(days=3)
+        Question.objects.filter(conversation=conversation).update(created_at=earlier)
+        with connection.cursor() as cursor:
+            cursor.execute("ANALYZE")
+        runs = []
+        for _ in range(50):
+            start = time.perf_counter()
+            services.question_check_limits(user=user)
+            runs.append(time.perf_counter() - start)
+        timings[size] = median(runs)
+    Question.objects.filter(user=user).delete()
+    small, large = HISTORY_SIZES
+    return [
+        Row(QUERIES_SECTION, f"per-user limits check, asker with {large:,} questions",
+            timings[large], timings[small], "s", f"asker with {small:,}", ("<=", 1.5),
+            note="median of 50; the count reads the last minute's questions only"),
+    ]  # fmt: skip
+
+
 async def _time_to_references(user: User, question: str) -> float:
     start = time.perf_counter()
     run = await pipeline.start_answer(user=user, question=question)
