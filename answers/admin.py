@@ -12,6 +12,8 @@ from datetime import timedelta
 from typing import Any
 
 from django.contrib import admin, messages
+from django.contrib.admin.options import IncorrectLookupParameters
+from django.contrib.admin.views.main import ChangeList
 from django.contrib.auth.models import AnonymousUser
 from django.core.exceptions import PermissionDenied
 from django.db.models import Count, QuerySet
@@ -29,6 +31,26 @@ from .models import Answer, ApiToken, Document, Feedback
 from .support import SUPPORTED
 
 GAP_DAYS, MAX_GAP_DAYS = 30, 366  # the content-gap report's default and longest period
+
+
+class CheckedChangeList(ChangeList):
+    """A changelist whose bad filter values get the admin's "?e=1" page, never a 500:
+    Django's date hierarchy computes the end of a year, month or day it was given without
+    a range check (``created_at__year=9999``: ValueError; a huge year: OverflowError), and
+    PostgreSQL refuses a NUL in a text value (``?status__exact=%00``: DataError)."""
+
+    def get_filters(self, request: HttpRequest) -> Any:
+        if any("\x00" in value for _, values in request.GET.lists() for value in values):
+            raise IncorrectLookupParameters("a filter value holds a NUL character")
+        try:
+            return super().get_filters(request)
+        except (ValueError, OverflowError) as exc:
+            raise IncorrectLookupParameters(exc) from exc
+
+
+class CheckedChangeListMixin:
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return CheckedChangeList
 
 
 class FeedbackInline(admin.TabularInline):
@@ -69,7 +91,7 @@ class SupportFilter(admin.SimpleListFilter):
 
 
 @admin.register(Answer)
-class AnswerAdmin(admin.ModelAdmin):
+class AnswerAdmin(CheckedChangeListMixin, admin.ModelAdmin):
     list_display = (
         "question_text",
         "asked_by",
@@ -388,7 +410,7 @@ class AnswerAdmin(admin.ModelAdmin):
 
 
 @admin.register(Document)
-class DocumentAdmin(admin.ModelAdmin):
+class DocumentAdmin(CheckedChangeListMixin, admin.ModelAdmin):
     list_display = ("title", "access", "chunk_count", "source_key", "updated_at")
     list_filter = ("access", "groups")
     search_fields = ("title", "source_key", "url")
@@ -434,7 +456,7 @@ class DocumentAdmin(admin.ModelAdmin):
 
 
 @admin.register(ApiToken)
-class ApiTokenAdmin(admin.ModelAdmin):
+class ApiTokenAdmin(CheckedChangeListMixin, admin.ModelAdmin):
     list_display = ("name", "user", "prefix", "created_at", "last_used_at", "revoked_at")
     list_filter = ("revoked_at",)
     search_fields = ("name", "user__username", "prefix")

@@ -28,7 +28,10 @@ from .panels import render_event_sources_panel
 
 logger = logging.getLogger(__name__)
 
-# A question of MAX_QUESTION_LENGTH characters, JSON-escaped, fits with room to spare.
+# A question of MAX_QUESTION_LENGTH characters, JSON-escaped, fits with room to spare:
+# ASCII-only JSON (``json.dumps``' default) writes a character outside the BMP as a
+# surrogate pair, "\\ud83d\\ude00", 12 characters for one.
+ESCAPED_CHARACTER_MAX = 12
 MESSAGE_OVERHEAD_BYTES = 1024
 
 
@@ -65,7 +68,10 @@ class AnswerConsumer(AsyncJsonWebsocketConsumer):
         if text_data is None:
             await self._error("Send JSON text messages.", "bad_message")
             return
-        limit = int(answers_settings.MAX_QUESTION_LENGTH) * 6 + MESSAGE_OVERHEAD_BYTES
+        limit = (
+            int(answers_settings.MAX_QUESTION_LENGTH) * ESCAPED_CHARACTER_MAX
+            + MESSAGE_OVERHEAD_BYTES
+        )
         if len(text_data) > limit:
             await self._error("The message is too large.", "too_large")
             return

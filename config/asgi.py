@@ -31,7 +31,7 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
 from answers.origin import SiteOriginValidator  # noqa: E402
 from answers.pool import database_pool_open_on_startup  # noqa: E402
-from answers.routing import websocket_urlpatterns  # noqa: E402
+from answers.routing import websocket_not_found, websocket_urlpatterns  # noqa: E402
 from answers.streams import answer_streams_drain_on_shutdown  # noqa: E402
 
 # SIGTERM lets running answers finish (ANSWERS["SHUTDOWN_GRACE"]) before daphne stops.
@@ -44,6 +44,8 @@ application = ProtocolTypeRouter(
         "http": django_asgi_app,
         # The full Origin (scheme, host, port) is checked before the session: a page of
         # another site, or of another port or scheme of this host, cannot ride the cookie.
-        "websocket": SiteOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
+        "websocket": SiteOriginValidator(
+            AuthMiddlewareStack(URLRouter([*websocket_urlpatterns, websocket_not_found]))
+        ),
     }
 )

@@ -104,6 +104,30 @@ def test_answer_changelist_filters_by_status(admin_client, asker, scripted):  # 
     assert "football" in rows[0]
 
 
+@pytest.mark.parametrize(
+    "query",
+    [
+        "created_at__year=9999",  # the end of the year is in 10000
+        "created_at__year=9999&created_at__month=12",
+        "created_at__year=9999&created_at__month=12&created_at__day=31",
+        "created_at__year=99999999999",
+        "status__exact=%00",  # PostgreSQL refuses a NUL in a text value
+        "provider=%00",
+        "q=%00",
+    ],
+)
+def test_bad_filter_values_get_the_changelists_error_page(admin_client, query):  # type: ignore[no-untyped-def]
+    response = admin_client.get(f"/admin/answers/answer/?{query}")
+    assert response.status_code == 302 and response["Location"].endswith("?e=1")
+    assert admin_client.get(response["Location"]).status_code == 200
+
+
+def test_bad_filter_values_on_documents_and_tokens_too(admin_client):  # type: ignore[no-untyped-def]
+    for url in ("/admin/answers/document/?access__exact=%00", "/admin/answers/apitoken/?q=%00"):
+        response = admin_client.get(url)
+        assert response.status_code == 302 and response["Location"].endswith("?e=1"), url
+
+
 def test_answer_changelist_search_by_question_text(admin_client, asker, scripted):  # type: ignore[no-untyped-def]
     _answer(asker, "What is a lambda expression?")
     _answer(asker, "How does the yield statement behave?")

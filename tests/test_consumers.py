@@ -147,7 +147,7 @@ async def test_a_restricted_document_never_appears_for_an_outsider(corpus, asker
             "not_found",
         ),
         ('{"type": "stop"}', "idle"),
-        (json.dumps({"type": "ask", "question": "x" * 20000}), "too_large"),
+        (json.dumps({"type": "ask", "question": "x" * 60000}), "too_large"),
     ],
 )
 async def test_bad_messages_get_an_error_and_the_socket_survives(corpus, asker, frame, code):
@@ -157,6 +157,28 @@ async def test_bad_messages_get_an_error_and_the_socket_survives(corpus, asker, 
     assert error["type"] == "error" and error["code"] == code and error["message"]
     assert (await ask_on(comm, LAMBDA))[-1]["type"] == "done"
     await comm.disconnect()
+
+
+async def test_the_longest_question_fits_a_frame_however_it_is_escaped(corpus, asker):
+    """A question the API takes is taken over the socket too: at its longest, in
+    characters outside the BMP, as ASCII-only JSON writes them (12 characters each)."""
+    from answers.conf import answers_settings
+
+    longest = int(answers_settings.MAX_QUESTION_LENGTH)
+    question = "What is a lambda expression? " + "\U0001f600" * (longest - 29)
+    frame = json.dumps({"type": "ask", "question": question})
+    assert len(frame) > 12 * (longest - 29)
+    comm = await connected(scoped_socket(asker))
+    await comm.send_to(text_data=frame)
+    events = await receive_until_final(comm)
+    assert events[-1]["type"] == "done", events[-1]
+    await comm.disconnect()
+
+
+@pytest.mark.parametrize("path", ["/ws/nope/", "/ws/answers", "/"])
+async def test_a_socket_to_an_unknown_path_is_refused_cleanly(asker, path):
+    accepted, code = await scoped_socket(asker, path=path).connect()
+    assert not accepted and code == 1000
 
 
 async def test_binary_frames_are_refused_politely(corpus, asker):

@@ -333,11 +333,14 @@ async def test_oversized_socket_messages_are_refused_before_retrieval(
     limit = int(answers_settings.MAX_QUESTION_LENGTH)
     before = await Question.objects.acount()
     comm = await connected(scoped_socket(asker))
+    # A frame has room for 12 characters per question character (an escaped surrogate
+    # pair) and 1 KB more; past that it is refused before it is even parsed.
+    frame_limit = limit * 12 + 1024
     frames = [
-        (json.dumps({"type": "ask", "question": "x" * (limit * 6 + 2048)}), "too_large"),
-        (json.dumps({"type": "ask", "question": "é" * (limit * 7)}), "too_large"),
+        (json.dumps({"type": "ask", "question": "x" * (frame_limit + 1)}), "too_large"),
+        (json.dumps({"type": "ask", "question": "é" * (frame_limit // 6 + 1)}), "too_large"),
         (json.dumps({"type": "ask", "question": "lambda " * (limit // 7 + 1)}), "invalid_question"),
-        ("[" * (limit * 6 + 2048), "too_large"),
+        ("[" * (frame_limit + 1), "too_large"),
     ]
     for frame, code in frames:
         await comm.send_to(text_data=frame)
