@@ -12,9 +12,10 @@ five sources).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from asgiref.sync import async_to_sync
 from django.contrib.auth.models import User
@@ -125,22 +126,46 @@ def _document_index() -> dict[str, set[int]]:
     return index
 
 
-def evaluation_set_load(*, path: Path) -> list[EvalQuestion]:
-    """Read and check one JSON Lines file; expected documents must exist."""
+def _json_lines(*, path: Path) -> Iterator[tuple[int, Any]]:
+    """Each value of a JSON Lines file with its 1-based line number; blank lines and lines
+    starting with ``#`` are skipped. Anything unreadable is an EvaluationError naming the
+    file (and the line, when there is one)."""
     try:
-        text = path.read_text(encoding="utf-8")
+        data = path.read_bytes()
     except OSError as exc:
         raise EvaluationError(f"{path}: cannot read it ({exc.strerror or exc})") from None
-    index = _document_index()
-    items: list[EvalQuestion] = []
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise EvaluationError(
+            f"{path}:{line}: not UTF-8 (byte 0x{data[exc.start]:02x} at offset {exc.start} "
+            "of the file); save it as UTF-8"
+        ) from None
     for number, raw in enumerate(text.splitlines(), start=1):
         if not raw.strip() or raw.lstrip().startswith("#"):
             continue
-        where = f"{path}:{number}"
         try:
-            data = json.loads(raw)
+            value = json.loads(raw)
         except json.JSONDecodeError as exc:
-            raise EvaluationError(f"{where}: not valid JSON ({exc.msg})") from None
+            raise EvaluationError(f"{path}:{number}: not valid JSON ({exc.msg})") from None
+        except RecursionError:
+            # Deep nesting ("[[[[...") exhausts the parser's stack: a bad line like any other.
+            raise EvaluationError(f"{path}:{number}: not valid JSON (nested too deeply)") from None
+        except ValueError as exc:
+            # An integer too long for Python to convert; the advice after ":" is about
+            # Python's settings, not the file.
+            reason = str(exc).split(":", 1)[0]
+            raise EvaluationError(f"{path}:{number}: not valid JSON ({reason})") from None
+        yield number, value
+
+
+def evaluation_set_load(*, path: Path) -> list[EvalQuestion]:
+    """Read and check one JSON Lines file; expected documents must exist."""
+    index = _document_index()
+    items: list[EvalQuestion] = []
+    for number, data in _json_lines(path=path):
+        where = f"{path}:{number}"
         if not isinstance(data, dict):
             raise EvaluationError(f"{where}: expected an object with question and expect")
         question = data.get("question")
@@ -286,19 +311,9 @@ class SupportLabel:
 
 def support_labels_load(*, path: Path) -> list[SupportLabel]:
     """Hand-labelled ``{"claim", "source", "supported"}`` lines; sources must exist."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise EvaluationError(f"{path}: cannot read it ({exc.strerror or exc})") from None
     known = set(Document.objects.values_list("source_key", flat=True))
     labels = []
-    for number, raw in enumerate(text.splitlines(), start=1):
-        if not raw.strip() or raw.lstrip().startswith("#"):
-            continue
-        try:
-            data = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise EvaluationError(f"{path}:{number}: not valid JSON ({exc.msg})") from None
+    for number, data in _json_lines(path=path):
         if not (
             isinstance(data, dict)
             and isinstance(data.get("claim"), str)

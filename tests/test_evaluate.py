@@ -137,6 +137,55 @@ def test_bad_input_names_the_file_and_line(tmp_path: Path, line: str, message: s
         evaluate(path)
 
 
+# Lines no JSON parser turns into a value, each with what the error says about it.
+UNREADABLE = [
+    # Latin-1, not UTF-8: "é" is the single byte 0xe9.
+    pytest.param(
+        '{"question": "caf\xe9", "expect": []}'.encode("latin-1"), "not UTF-8", id="latin-1"
+    ),
+    # Deep enough to exhaust the parser's stack (RecursionError, not a JSONDecodeError).
+    pytest.param(b"[" * 100_000, "not valid JSON (nested too deeply)", id="nested"),
+    # Python refuses to convert integers this long (a ValueError, not a JSONDecodeError).
+    pytest.param(
+        b'{"question": "x", "expect": [], "n": ' + b"1" * 5000 + b"}",
+        "not valid JSON (Exceeds the limit (4300 digits) for integer string conversion)",
+        id="long-integer",
+    ),
+]
+
+
+@pytest.mark.parametrize(("line", "message"), UNREADABLE)
+def test_an_unreadable_line_names_the_file_and_line(
+    tmp_path: Path, line: bytes, message: str
+) -> None:
+    good = b'{"question": "What is a lambda expression?", "expect": ["python-docs:lambda"]}'
+    path = tmp_path / "bad.jsonl"
+    path.write_bytes(good + b"\n\n" + line + b"\n")
+    with pytest.raises(CommandError, match=re.escape(f"{path}:3: {message}")):
+        evaluate(path)
+
+
+@pytest.mark.parametrize(("line", "message"), UNREADABLE)
+def test_an_unreadable_support_label_names_the_line(
+    tmp_path: Path, line: bytes, message: str
+) -> None:
+    good = b'{"claim": "x", "source": "python-docs:lambda", "supported": true}'
+    path = tmp_path / "labels.jsonl"
+    path.write_bytes(good + b"\n" + line + b"\n")
+    with pytest.raises(CommandError, match=re.escape(f"{path}:2: {message}")):
+        evaluate("--support-labels", path)
+
+
+def test_not_utf8_says_where_the_bad_byte_is(tmp_path: Path) -> None:
+    path = tmp_path / "latin1.jsonl"
+    path.write_bytes('{"question": "caf\xe9", "expect": []}\n'.encode("latin-1"))
+    with pytest.raises(CommandError) as caught:
+        evaluate(path)
+    assert str(caught.value) == (
+        f"{path}:1: not UTF-8 (byte 0xe9 at offset 17 of the file); save it as UTF-8"
+    )
+
+
 def test_a_missing_file_or_user_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(CommandError, match="cannot read it"):
         evaluate(tmp_path / "missing.jsonl")
