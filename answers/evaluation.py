@@ -142,7 +142,11 @@ def _json_lines(*, path: Path) -> Iterator[tuple[int, Any]]:
             f"{path}:{line}: not UTF-8 (byte 0x{data[exc.start]:02x} at offset {exc.start} "
             "of the file); save it as UTF-8"
         ) from None
-    for number, raw in enumerate(text.splitlines(), start=1):
+    # JSON Lines ends lines with "\n" only: str.splitlines() would also split on U+2028,
+    # U+0085 and the like, which JSON allows raw inside a string. A "\r" before the "\n"
+    # (files written on Windows) is dropped.
+    for number, ended in enumerate(text.split("\n"), start=1):
+        raw = ended.removesuffix("\r")
         if not raw.strip() or raw.lstrip().startswith("#"):
             continue
         try:

@@ -186,6 +186,53 @@ def test_not_utf8_says_where_the_bad_byte_is(tmp_path: Path) -> None:
     )
 
 
+# Characters str.splitlines() breaks lines on that JSON allows raw inside a string.
+LINE_BREAKS_IN_STRINGS = ["\u2028", "\u2029", "\x85"]
+
+
+def test_json_lines_split_on_newline_only(tmp_path: Path) -> None:
+    path = tmp_path / "breaks.jsonl"
+    lines = [
+        json.dumps({"question": f"What is yield{c}statement?", "expect": []}, ensure_ascii=False)
+        for c in LINE_BREAKS_IN_STRINGS
+    ]
+    # Lines ended as on Windows (\r\n) too.
+    path.write_text("\r\n".join(lines) + "\r\n", encoding="utf-8", newline="")
+    assert row(evaluate(path), str(path))[5] == "3"  # off-topic questions, all read
+
+
+def test_line_numbers_count_newlines_only(tmp_path: Path) -> None:
+    path = tmp_path / "breaks.jsonl"
+    good = [
+        json.dumps({"question": f"What is yield{c}statement?", "expect": []}, ensure_ascii=False)
+        for c in LINE_BREAKS_IN_STRINGS
+    ]
+    path.write_text("\r\n".join([*good, "{not json"]) + "\r\n", encoding="utf-8", newline="")
+    with pytest.raises(CommandError, match=re.escape(f"{path}:4: not valid JSON")):
+        evaluate(path)
+    # The same count for a byte that is not UTF-8.
+    path.write_bytes("\r\n".join(good).encode() + b"\r\n\xff\r\n")
+    with pytest.raises(CommandError, match=re.escape(f"{path}:4: not UTF-8")):
+        evaluate(path)
+
+
+def test_support_labels_split_on_newline_only(tmp_path: Path) -> None:
+    path = tmp_path / "labels.jsonl"
+    lines = [
+        json.dumps(
+            {
+                "claim": f"Lambdas{c}run on the GPU",
+                "source": "python-docs:lambda",
+                "supported": False,
+            },
+            ensure_ascii=False,
+        )
+        for c in LINE_BREAKS_IN_STRINGS
+    ]
+    path.write_text("\r\n".join(lines) + "\r\n", encoding="utf-8", newline="")
+    assert "support score vs 3 hand labels" in evaluate("--support-labels", path)
+
+
 def test_a_missing_file_or_user_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(CommandError, match="cannot read it"):
         evaluate(tmp_path / "missing.jsonl")
