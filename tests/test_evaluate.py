@@ -382,3 +382,42 @@ def test_compare_refuses_a_file_that_is_not_a_saved_run(tmp_path: Path) -> None:
     path.write_text("[1, 2]", encoding="utf-8")
     with pytest.raises(CommandError, match="not a run saved by --save"):
         evaluate("--compare", path)
+    with pytest.raises(CommandError, match=re.escape(f"{tmp_path / 'gone.json'}: cannot read it")):
+        evaluate("--compare", tmp_path / "gone.json")
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('{"label": "x", "rows": [{"name": "all", "hit1": "bad"}]}', "rows[0].hit1 must be"),
+        ('{"label": "x", "rows": [{"name": "all", "hit1": [1]}]}', "rows[0].hit1 must be"),
+        (
+            '{"label": "x", "rows": [{"name": "all", "hit1": "' + "x" * 1000 + '"}]}',
+            "or null, not '" + "x" * 36 + "...)",
+        ),
+        ('{"label": "x", "rows": [{"name": "all", "mrr": true}]}', "rows[0].mrr must be"),
+        ('{"label": "x", "rows": [{"name": "all", "dup5": NaN}]}', "rows[0].dup5 must be"),
+        ('{"label": "x", "rows": [{"name": "all", "hit5": Infinity}]}', "rows[0].hit5 must be"),
+        ('{"label": "x", "rows": [{"name": "all", "abstain": 1.5}]}', "rows[0].abstain must be"),
+        ('{"label": "x", "rows": [{"name": "a"}, {"name": "b", "offtopic": -1}]}', "rows[1]"),
+        ('{"label": "x", "rows": []}', "rows is empty"),
+        ('{"label": "x", "rows": {"name": "all"}}', "rows must be a list"),
+        ('{"label": "x", "rows": [["all"]]}', "rows[0] must be an object"),
+        ('{"label": "x", "rows": [{"hit1": 0.5}]}', "rows[0].name must be a string"),
+        ('{"label": "x", "rows": [{"name": "a"}, {"name": "a"}]}', "rows[1].name 'a' repeats"),
+        ('{"label": ["x"], "rows": [{"name": "all"}]}', "label must be a string"),
+        ('{"rows": [{"name": "all"}]}', "label must be a string"),
+        ('{"label": "x", "rows": [{"name": "all", "hit1": 1' + "1" * 5000 + "}]}", "not JSON"),
+        ("[" * 100_000, "not JSON"),
+    ],
+)
+def test_compare_refuses_a_saved_run_with_bad_figures(
+    tmp_path: Path, text: str, message: str
+) -> None:
+    path = tmp_path / "run.json"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(
+        CommandError, match=re.escape(f"{path}: not a run saved by --save (")
+    ) as caught:
+        evaluate("--compare", path)
+    assert message in str(caught.value)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -67,15 +68,69 @@ def _run_record(label: str, rows: list[Metrics]) -> dict[str, Any]:
     }
 
 
+def _is_rate(value: object) -> bool:
+    """A share from 0 to 1. A bool is an int to Python, and json.loads reads NaN and
+    Infinity: none of them is a rate."""
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and 0 <= value <= 1
+    )
+
+
+def _run_problem(record: object) -> str | None:
+    """What makes ``record`` unusable by --compare (every field it reads), or None."""
+    if not isinstance(record, dict):
+        return "not an object"
+    if not isinstance(record.get("label"), str):
+        return "label must be a string"
+    rows = record.get("rows")
+    if not isinstance(rows, list):
+        return "rows must be a list"
+    if not rows:
+        return "rows is empty"
+    names: set[str] = set()
+    for i, row in enumerate(rows):
+        if not isinstance(row, dict):
+            return f"rows[{i}] must be an object"
+        name = row.get("name")
+        if not isinstance(name, str):
+            return f"rows[{i}].name must be a string"
+        if name in names:
+            # Rows are looked up by name: a second one would hide the first.
+            return f"rows[{i}].name {name!r} repeats"
+        names.add(name)
+        for key, _ in COMPARED:
+            # A missing figure shows as "-", as null does.
+            value = row.get(key)
+            if value is not None and not _is_rate(value):
+                shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+                return f"rows[{i}].{key} must be a number from 0 to 1 or null, not {shown}"
+    return None
+
+
 def _run_load(path: Path) -> dict[str, Any]:
     try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-        if not isinstance(record, dict):
-            raise ValueError("not an object")
-        label, rows = str(record["label"]), record["rows"]
-        return {"label": label, "rows": {str(row["name"]): row for row in rows}}
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise CommandError(f"{path}: not a run saved by --save ({exc})") from None
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise CommandError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+    except UnicodeDecodeError:
+        raise CommandError(f"{path}: not a run saved by --save (not UTF-8)") from None
+    try:
+        record = json.loads(text)
+    except json.JSONDecodeError as exc:
+        problem: str | None = f"not JSON: {exc}"
+    except RecursionError:
+        problem = "not JSON: nested too deeply"
+    except ValueError as exc:
+        # An integer too long for Python to convert; the advice after ":" is about Python.
+        problem = f"not JSON: {str(exc).split(':', 1)[0]}"
+    else:
+        problem = _run_problem(record)
+    if problem:
+        raise CommandError(f"{path}: not a run saved by --save ({problem})")
+    return {"label": record["label"], "rows": {row["name"]: row for row in record["rows"]}}
 
 
 class Command(BaseCommand):
