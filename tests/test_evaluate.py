@@ -3,15 +3,20 @@ the shipped test split holding the floors in eval/floors.json."""
 
 from __future__ import annotations
 
+import errno
 import io
 import json
+import os
 import re
+import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
+from answers.evaluation import evaluation_run
 from tests.corpus import ingest_text
 from tests.llm_server import serving
 
@@ -375,6 +380,107 @@ def test_save_and_compare_set_runs_side_by_side(gadgets: None, tmp_path: Path) -
     # The saved runs alone, without question sets.
     alone = evaluate("--compare", saved, "--compare", saved)
     assert row(alone, str(path))[:2] == ["0.333", "0.333"]
+
+
+def save_refused(*args: object) -> str:
+    """The message of the CommandError the command stops with, having printed nothing (no
+    question ran)."""
+    out = io.StringIO()
+    with pytest.raises(CommandError) as caught:
+        call_command("evaluate", *[str(a) for a in args], stdout=out)
+    assert out.getvalue() == ""
+    return str(caught.value)
+
+
+def test_save_path_is_checked_before_the_run(tmp_path: Path) -> None:
+    path = write_set(tmp_path, "ok.jsonl", [{"question": "What is a lambda?", "expect": []}])
+    missing = tmp_path / "missing" / "run.json"
+    assert save_refused(path, "--save", missing) == (
+        f"--save {missing}: the folder {missing.parent} does not exist."
+    )
+    assert save_refused(path, "--save", tmp_path) == f"--save {tmp_path}: it is a folder."
+    under_a_file = path / "run.json"
+    assert save_refused(path, "--save", under_a_file) == (
+        f"--save {under_a_file}: {path} is not a folder."
+    )
+    # Nothing to save without question sets: refused rather than ignored.
+    labels = write_set(
+        tmp_path,
+        "labels.jsonl",
+        [{"claim": "x", "source": "python-docs:lambda", "supported": True}],
+    )
+    assert "--save needs question sets" in save_refused(
+        "--support-labels", labels, "--save", tmp_path / "run.json"
+    )
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root may write to any folder")
+def test_save_to_a_folder_that_is_not_writable_is_refused(tmp_path: Path) -> None:
+    path = write_set(tmp_path, "ok.jsonl", [{"question": "What is a lambda?", "expect": []}])
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    assert save_refused(path, "--save", locked / "run.json") == (
+        f"--save {locked / 'run.json'}: the folder {locked} is not writable."
+    )
+
+
+def test_a_save_that_fails_at_the_end_is_an_error_after_the_floors(
+    gadgets: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from answers.management.commands import evaluate as command
+
+    path = write_set(tmp_path, "small.jsonl", SMALL)
+    folder = tmp_path / "runs"
+    folder.mkdir()
+    saved = folder / "run.json"
+
+    def run_then_remove_the_folder(**kwargs: Any) -> Any:
+        results = evaluation_run(**kwargs)
+        shutil.rmtree(folder)  # gone while the questions ran
+        return results
+
+    monkeypatch.setattr(command, "evaluation_run", run_then_remove_the_folder)
+    out = io.StringIO()
+    with pytest.raises(CommandError) as caught:
+        call_command(
+            "evaluate", str(path), "--misses", "--min-hit1", "0.9", "--save", str(saved), stdout=out
+        )
+    assert str(caught.value).startswith(
+        "Evaluation failed: hit@1 0.333 is under the floor 0.900. "
+        f"The run was not saved to {saved} (No such file or directory"
+    )
+    # The table and the misses were printed all the same.
+    assert row(out.getvalue(), str(path))[:2] == ["3", "0.333"]
+    assert "misses (on-topic not first" in out.getvalue()
+
+    # Floors that hold say so.
+    folder.mkdir()
+    with pytest.raises(CommandError) as caught:
+        evaluate(path, "--min-hit1", "0.3", "--save", saved)
+    assert str(caught.value).startswith(f"The floors held, but the run was not saved to {saved} (")
+
+
+def test_a_failed_save_leaves_no_half_written_file(
+    gadgets: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = write_set(tmp_path, "small.jsonl", SMALL)
+    folder = tmp_path / "runs"
+    folder.mkdir()
+    saved = folder / "run.json"
+    saved.write_text("the earlier run\n", encoding="utf-8")
+    replace = os.replace
+
+    def full_disk(source: Any, target: Any) -> None:
+        if Path(target).parent == folder:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        replace(source, target)
+
+    monkeypatch.setattr(os, "replace", full_disk)
+    with pytest.raises(CommandError, match=re.escape(f"not saved to {saved} (No space left")):
+        evaluate(path, "--save", saved)
+    # The earlier run is whole, and no temporary file is left beside it.
+    assert saved.read_text(encoding="utf-8") == "the earlier run\n"
+    assert [p.name for p in folder.iterdir()] == ["run.json"]
 
 
 def test_compare_refuses_a_file_that_is_not_a_saved_run(tmp_path: Path) -> None:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -133,6 +136,40 @@ def _run_load(path: Path) -> dict[str, Any]:
     return {"label": record["label"], "rows": {row["name"]: row for row in record["rows"]}}
 
 
+def _save_problem(path: Path) -> str | None:
+    """Why ``path`` cannot take a saved run, checked before any question runs (the write at
+    the end can still fail: a full disk, the folder removed meanwhile)."""
+    folder = path.parent
+    try:
+        if path.is_dir():
+            return "it is a folder"
+        if not folder.exists():
+            return f"the folder {folder} does not exist"
+        if not folder.is_dir():
+            return f"{folder} is not a folder"
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return f"the folder {folder} is not writable"
+    return None
+
+
+def _write_whole(*, path: Path, text: str) -> None:
+    """Write ``text`` to a temporary file beside ``path``, then rename it over ``path``: a
+    failed write leaves no half-written run, and an earlier one at ``path`` intact."""
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as out:
+            out.write(text)
+        os.chmod(temporary, 0o644)  # mkstemp's 0600 is for secrets; a run is not one
+        os.replace(temporary, path)
+    except BaseException:
+        # The original error is the one to report, not a failure to tidy up after it.
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+
+
 class Command(BaseCommand):
     help = (
         "Run question sets (JSON Lines: {question, expect: [source key or title, ...]}) "
@@ -195,6 +232,12 @@ class Command(BaseCommand):
         else:
             user = evaluation_user_default()
         compared = [_run_load(path) for path in options["compare"]]
+        if options["save"]:
+            if not options["files"]:
+                raise CommandError("--save needs question sets: it saves their figures.")
+            problem = _save_problem(options["save"])
+            if problem:
+                raise CommandError(f"--save {options['save']}: {problem}.")
         if not options["files"] and not options["support_labels"]:
             if compared:
                 self._compare(compared)
@@ -234,9 +277,15 @@ class Command(BaseCommand):
             ]
             rows.append(total)
         self._table(rows)
+        unsaved = None
         if options["save"]:
             record = _run_record(options["label"], rows)
-            options["save"].write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+            try:
+                _write_whole(path=options["save"], text=json.dumps(record, indent=1) + "\n")
+            except OSError as exc:
+                # Reported at the end, after the floors: the figures printed are still worth
+                # their verdict.
+                unsaved = f"not saved to {options['save']} ({exc.strerror or exc})"
         if compared:
             this = _run_record(options["label"], rows)
             self._compare([*compared, {**this, "rows": {r["name"]: r for r in this["rows"]}}])
@@ -255,8 +304,17 @@ class Command(BaseCommand):
             if (value < floor) if minimum else (value > floor):
                 bound = "under the floor" if minimum else "over the ceiling"
                 failures.append(f"{label} {value:.3f} is {bound} {floor:.3f}")
-        if failures:
-            raise CommandError("Evaluation failed: " + "; ".join(failures) + ".")
+        message = "Evaluation failed: " + "; ".join(failures) + "." if failures else ""
+        if unsaved:
+            # Both verdicts: whether the floors held, and why there is no file.
+            if failures:
+                message += f" The run was {unsaved}."
+            elif any(options[option] is not None for option, *_ in FLOORS):
+                message = f"The floors held, but the run was {unsaved}."
+            else:
+                message = f"The run was {unsaved}."
+        if message:
+            raise CommandError(message)
 
     def _table(self, rows: list[Metrics]) -> None:
         width = max(len(r.name) for r in rows)
