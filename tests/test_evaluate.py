@@ -120,6 +120,35 @@ def test_floors_exit_non_zero_from_the_command_line(gadgets: None, tmp_path: Pat
     assert exited.value.code == 1
 
 
+@pytest.mark.parametrize("option", ["--min-hit1", "--min-hit5", "--max-abstain", "--max-offtopic"])
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "-0.1", "1.5", "half", ""])
+def test_floors_must_be_finite_numbers_from_0_to_1(tmp_path: Path, option: str, value: str) -> None:
+    path = write_set(tmp_path, "ok.jsonl", [{"question": "What is a lambda?", "expect": []}])
+    expected = f"argument {option}: must be a number from 0 to 1, not {value!r}"
+    with pytest.raises(CommandError, match=re.escape(expected)):
+        evaluate(path, f"{option}={value}")  # "=": argparse reads "-inf" alone as an option
+
+
+def test_floors_given_as_keywords_are_checked_too(tmp_path: Path) -> None:
+    path = write_set(tmp_path, "ok.jsonl", [{"question": "What is a lambda?", "expect": []}])
+    with pytest.raises(
+        CommandError, match=re.escape("--max-offtopic must be a number from 0 to 1")
+    ):
+        call_command("evaluate", str(path), max_offtopic=float("nan"), stdout=io.StringIO())
+
+
+def test_floors_of_0_and_1_are_accepted(gadgets: None, tmp_path: Path) -> None:
+    path = write_set(tmp_path, "small.jsonl", SMALL)
+    evaluate(
+        path, "--min-hit1", "0", "--min-hit5", "0", "--max-abstain", "1", "--max-offtopic", "1"
+    )
+    # A --max-offtopic of nan once never tripped; 0 does.
+    with pytest.raises(
+        CommandError, match=re.escape("off-topic answered 0.500 is over the ceiling 0.000")
+    ):
+        evaluate(path, "--max-offtopic", "0")
+
+
 @pytest.mark.parametrize(
     ("line", "message"),
     [

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import math
@@ -80,6 +81,18 @@ def _is_rate(value: object) -> bool:
         and math.isfinite(value)
         and 0 <= value <= 1
     )
+
+
+def _floor(text: str) -> float:
+    """A floor option's value (argparse type): a rate, so NaN (which no comparison trips)
+    and anything outside 0..1 are refused."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not _is_rate(value):
+        raise argparse.ArgumentTypeError(f"must be a number from 0 to 1, not {text!r}")
+    return value
 
 
 def _run_problem(record: object) -> str | None:
@@ -219,7 +232,7 @@ class Command(BaseCommand):
         for option, _, minimum, label in FLOORS:
             parser.add_argument(
                 "--" + option.replace("_", "-"),
-                type=float,
+                type=_floor,
                 help=f"Fail if {label} is {'below' if minimum else 'above'} this (0..1).",
             )
 
@@ -231,6 +244,11 @@ class Command(BaseCommand):
                 raise CommandError(f"No user {options['user']!r}.") from None
         else:
             user = evaluation_user_default()
+        for option, *_ in FLOORS:
+            # call_command(..., min_hit1=x) passes values past argparse and its type.
+            if options[option] is not None and not _is_rate(options[option]):
+                flag = "--" + option.replace("_", "-")
+                raise CommandError(f"{flag} must be a number from 0 to 1, not {options[option]!r}.")
         compared = [_run_load(path) for path in options["compare"]]
         if options["save"]:
             if not options["files"]:
