@@ -521,6 +521,33 @@ _CELL_END = "\x1f"
 _META_CHARSET = re.compile(rb"""<meta[^>]*?charset\s*=\s*["']?\s*([A-Za-z0-9._:\-]+)""", re.I)
 
 
+# The HTML standard's encodings (encoding.spec.whatwg.org, "Names and labels") that Python
+# has, by the names Python knows them under. Not a rule over Python's codecs: those also
+# hold binary transforms (base64), codecs a <meta> cannot be read in (UTF-16, UTF-7,
+# EBCDIC, punycode) and ASCII-compatible ones no browser reads (cp437, mac-greek).
+_HTML_STANDARD_ENCODINGS = (
+    "utf-8 ibm866 iso-8859-2 iso-8859-3 iso-8859-4 iso-8859-5 iso-8859-6 iso-8859-7 "
+    "iso-8859-8 iso-8859-10 iso-8859-13 iso-8859-14 iso-8859-15 iso-8859-16 koi8-r koi8-u "
+    "macintosh cp874 windows-1250 windows-1251 windows-1252 windows-1253 windows-1254 "
+    "windows-1255 windows-1256 windows-1257 windows-1258 mac-cyrillic gbk gb18030 big5 "
+    "big5hkscs euc-jp iso-2022-jp shift_jis euc-kr"
+)
+# Labels the standard reads as another encoding than Python's codec of that name: Latin-1
+# and ASCII as windows-1252, Latin-5 as windows-1254, Thai as windows-874, GB2312 as GBK.
+_HTML_STANDARD_REMAPS = {
+    "iso-8859-1": "windows-1252", "ascii": "windows-1252", "iso-8859-9": "windows-1254",
+    "iso-8859-11": "cp874", "tis-620": "cp874", "gb2312": "gbk",
+}  # fmt: skip
+# Python's name of a declared encoding -> the codec the page is decoded with.
+_HTML_DECODERS = {
+    codecs.lookup(label).name: codecs.lookup(encoding).name
+    for label, encoding in [
+        *((name, name) for name in _HTML_STANDARD_ENCODINGS.split()),
+        *_HTML_STANDARD_REMAPS.items(),
+    ]
+}
+
+
 def _html_encoding(data: bytes) -> str:
     if data.startswith(codecs.BOM_UTF8):
         return "utf-8-sig"
@@ -533,13 +560,9 @@ def _html_encoding(data: bytes) -> str:
         name = codecs.lookup(match[1].decode("ascii")).name
     except LookupError:
         return "utf-8"
-    # The HTML standard's rules: a <meta> cannot really declare UTF-16 (the bytes it was
-    # read from are ASCII-compatible), and latin-1 / ASCII mean windows-1252.
-    if name.startswith(("utf-16", "utf-32")):
-        return "utf-8"
-    if name in ("iso8859-1", "ascii"):
-        return "cp1252"
-    return name
+    # Any other label, as one Python does not know: UTF-8 (a <meta> cannot really declare
+    # UTF-16 either: the bytes it was read from are ASCII-compatible).
+    return _HTML_DECODERS.get(name, "utf-8")
 
 
 def _is_chrome(element: lxml.etree._Element, keys: list[str], *, page_level: bool) -> bool:

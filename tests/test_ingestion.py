@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import codecs
 import io
 import itertools
 import re
@@ -333,6 +334,46 @@ def test_html_declared_charset() -> None:
     assert doc.body == "caf\u00e9 \u201cquoted\u201d"
     latin1 = b'<meta http-equiv="Content-Type" content="text/html; charset=ISO-8859-1"><p>\xe9</p>'
     assert extract_text(data=latin1, suffix=".html", fallback_title="f").body == "\u00e9"
+
+
+@pytest.mark.parametrize(
+    "label",
+    ["base64", "undefined", "punycode", "idna", "utf-7", "unicode_escape", "cp037", "cp437"],
+)
+def test_html_charset_labels_no_browser_accepts_read_as_utf8(label: str) -> None:
+    # Python codecs, but none of the HTML standard's encodings: read as an unknown label is.
+    page = '<meta charset="{}"><title>Caf\u00e9</title><p>Caf\u00e9 +AGEA- \\u0041</p>'
+    unknown = extract_text(data=page.format("foo").encode(), suffix=".html", fallback_title="f")
+    assert unknown.body == "Caf\u00e9 +AGEA- \\u0041"
+    doc = extract_text(data=page.format(label).encode(), suffix=".html", fallback_title="f")
+    assert doc == unknown
+
+
+@pytest.mark.parametrize(
+    ("label", "data", "text"),
+    [
+        ("windows-1251", b"\xcf\xf0\xe8", "\u041f\u0440\u0438"),
+        ("koi8-r", b"\xf0\xd2\xc9", "\u041f\u0440\u0438"),
+        ("shift_jis", "\u65e5\u672c".encode("shift_jis"), "\u65e5\u672c"),
+        # The standard reads these labels as a superset: GB2312 as GBK, Latin-5 as 1254.
+        ("gb2312", "\u4e2d\u6587".encode("gbk"), "\u4e2d\u6587"),
+        ("iso-8859-9", b"\x80", "\u20ac"),
+    ],
+)
+def test_html_charset_labels_of_the_standard_are_honoured(
+    label: str, data: bytes, text: str
+) -> None:
+    page = b'<meta charset="' + label.encode() + b'"><p>' + data + b"</p>"
+    assert extract_text(data=page, suffix=".html", fallback_title="f").body == text
+
+
+def test_html_decoders_are_ascii_compatible_text_encodings() -> None:
+    # What lets a <meta> be read before the encoding is known; UTF-16 and the rest are not.
+    ascii_bytes = bytes(range(128))
+    for name in set(ingestion._HTML_DECODERS.values()):
+        codec = codecs.lookup(name)
+        assert codec._is_text_encoding, name  # type: ignore[attr-defined]
+        assert ascii_bytes.decode(name) == ascii_bytes.decode("ascii"), name
 
 
 def test_html_invalid_utf8_is_replaced_not_rejected() -> None:
