@@ -315,6 +315,15 @@ def test_ingest_group_restricts_documents_to_its_members(
     assert selectors.document_visible_ids(user=researcher, document_ids=ids) == ids
 
 
+def test_ingest_group_name_longer_than_the_field_is_a_command_error(folder: Path) -> None:
+    limit = Group._meta.get_field("name").max_length
+    assert limit is not None
+    with pytest.raises(CommandError, match=f"at most {limit} characters"):
+        run("ingest", str(folder), "--group", "g" * (limit + 1))
+    assert not ingested(folder)
+    assert not Group.objects.filter(name__startswith="g" * limit).exists()
+
+
 def test_ingest_group_restricts_documents_ingested_before(folder: Path, asker) -> None:  # type: ignore[no-untyped-def]
     run("ingest", str(folder))
     stdout, _ = run("ingest", str(folder), "--group", "research")

@@ -140,6 +140,14 @@ class Command(BaseCommand):
             name = options["group"].strip()
             if not name:
                 raise CommandError("--group needs a name.")
+            # Checked here: PostgreSQL refused a longer name with a DataError traceback,
+            # SQLite stored it whole.
+            limit = Group._meta.get_field("name").max_length
+            if limit is not None and len(name) > limit:
+                raise CommandError(
+                    f"--group NAME can be at most {limit} characters long; this one has "
+                    f"{len(name)}."
+                )
             group, _ = Group.objects.get_or_create(name=name)
 
         topics = python_doc_topics() if options["python_docs"] else []
