@@ -27,7 +27,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .duplicates import body_signature
-from .ingestion import ChunkSpan, ExtractionError, chunk_text, extract_file, quiet_libraries
+from .ingestion import (
+    ChunkSpan,
+    ExtractionError,
+    chunk_text,
+    extract_file,
+    quiet_libraries,
+    undecodable_path_reason,
+)
 from .search.stemming import stem_text
 
 __all__ = [
@@ -96,6 +103,10 @@ def default_jobs() -> int:
 
 def parse_file(path: str, options: ParseOptions) -> ParsedFile:
     """Extract and chunk one file; any failure is its ``error``, never an exception."""
+    # The path becomes the source key: one that cannot be stored is this file's error, not
+    # the failure of the batch written with it.
+    if reason := undecodable_path_reason(path):
+        return ParsedFile(key=path, error=reason)
     try:
         extracted = extract_file(Path(path))
     except ExtractionError as exc:

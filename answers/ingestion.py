@@ -23,6 +23,7 @@ import logging
 import os
 import pathlib
 import re
+import stat
 import threading
 import warnings
 from collections.abc import Callable, Iterable, Iterator
@@ -50,6 +51,8 @@ __all__ = [
     "iter_source_files",
     "quiet_libraries",
     "scan_source_files",
+    "shown_path",
+    "undecodable_path_reason",
 ]
 
 _T = TypeVar("_T")
@@ -82,7 +85,7 @@ class ExtractedDocument:
 
 @dataclass(frozen=True)
 class SkippedFile:
-    """A file met while walking folders that is not ingested, and why (one line)."""
+    """A path given or met while walking folders that is not ingested, and why (one line)."""
 
     path: pathlib.Path
     reason: str
@@ -110,24 +113,36 @@ def iter_source_files(paths: Iterable[pathlib.Path]) -> Iterator[pathlib.Path]:
 
 def scan_source_files(
     paths: Iterable[pathlib.Path],
-) -> tuple[list[pathlib.Path], list[SkippedFile]]:
-    """``(supported, skipped)``: as ``iter_source_files``, plus the files left out and why.
+) -> tuple[list[pathlib.Path], list[SkippedFile], list[SkippedFile]]:
+    """``(supported, unsupported, unreadable)``: as ``iter_source_files``, plus what is left
+    out and why.
 
-    Skipped are files of an unsupported type. Left out on purpose, and not reported, are
-    hidden files and, met while walking a folder, copies and stubs of pages found elsewhere
-    in it: a Sphinx build's ``_sources`` and generated index and search pages, and HTML
-    redirect stubs (``_walk_leaves_out``).
+    Unsupported are files of a type not ingested. Unreadable are paths that would be ingested
+    but cannot be: given paths that are neither a folder nor a regular file (a FIFO,
+    /dev/null), and, of a supported type, broken symbolic links, FIFOs and the like met in
+    folders, and files whose path is not valid UTF-8 (``undecodable_path_reason``). None of
+    them is opened. Left out on purpose, and not reported, are hidden files and, met while
+    walking a folder, copies and stubs of pages found elsewhere in it: a Sphinx build's
+    ``_sources`` and generated index and search pages, and HTML redirect stubs
+    (``_walk_leaves_out``).
     """
     found: dict[str, pathlib.Path] = {}
-    skipped: dict[str, SkippedFile] = {}
+    unsupported: dict[str, SkippedFile] = {}
+    unreadable: dict[str, SkippedFile] = {}
 
     def add(path: pathlib.Path) -> None:
         # realpath so "docs" and "./docs/a.md" (or a symlink) do not ingest a file twice.
         key = os.path.realpath(path)
-        if path.suffix.lower() in SUPPORTED_SUFFIXES:
-            found.setdefault(key, path)
+        if path.suffix.lower() not in SUPPORTED_SUFFIXES:
+            unsupported.setdefault(key, SkippedFile(path, _unsupported(path.suffix.lower())))
+        elif reason := undecodable_path_reason(key):  # the key is what the database stores
+            unreadable.setdefault(key, SkippedFile(path, reason))
         else:
-            skipped.setdefault(key, SkippedFile(path, _unsupported(path.suffix.lower())))
+            found.setdefault(key, path)
+
+    def refuse(path: pathlib.Path) -> None:
+        # Not the realpath: a broken link's own path is the one to fix.
+        unreadable.setdefault(os.path.abspath(path), SkippedFile(path, _not_a_file(path)))
 
     for given in paths:
         if given.is_dir():
@@ -135,18 +150,57 @@ def scan_source_files(
                 sphinx = _SPHINX_SEARCH_INDEX in files
                 dirs[:] = [d for d in dirs if not _walk_leaves_out(d, sphinx=sphinx, folder=True)]
                 for name in files:
+                    if _walk_leaves_out(name, sphinx=sphinx, folder=False):
+                        continue
                     path = pathlib.Path(root, name)
-                    if (
-                        not _walk_leaves_out(name, sphinx=sphinx, folder=False)
-                        and path.is_file()
-                        and not _is_redirect_stub(path)
-                    ):
-                        add(path)
+                    if path.is_file():
+                        if not _is_redirect_stub(path):
+                            add(path)
+                    elif path.suffix.lower() in SUPPORTED_SUFFIXES:
+                        refuse(path)  # it would have been ingested: say why it is not
         elif given.is_file():
             add(given)
-        elif not given.exists():
+        elif given.exists() or given.is_symlink():
+            refuse(given)
+        else:
             raise FileNotFoundError(2, "No such file or directory", str(given))
-    return sorted(found.values()), sorted(skipped.values(), key=lambda item: item.path)
+    return (
+        sorted(found.values()),
+        sorted(unsupported.values(), key=lambda item: item.path),
+        sorted(unreadable.values(), key=lambda item: item.path),
+    )
+
+
+def undecodable_path_reason(path: str | os.PathLike[str]) -> str:
+    """Why ``path`` cannot be a document's source key, or "" if it can: a name whose bytes
+    are not UTF-8 (Python holds each such byte as a lone surrogate, which neither database
+    stores, and which failed the whole batch it was written with)."""
+    text = os.fspath(path)
+    if text.isascii():
+        return ""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        pass
+    else:
+        return ""
+    try:
+        os.path.basename(text).encode("utf-8")
+    except UnicodeEncodeError:
+        return "its file name is not valid UTF-8; rename it"
+    return "the name of a folder on its path is not valid UTF-8; rename it"
+
+
+def shown_path(path: str | os.PathLike[str]) -> str:
+    """``path`` fit to print anywhere: a byte of its name that is not UTF-8 shown as
+    ``\\xe9`` (as a lone surrogate it fails to encode on a UTF-8 stream)."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
+
+
+def _not_a_file(path: pathlib.Path) -> str:
+    if path.is_symlink() and not path.exists():
+        return "a broken symbolic link"
+    return "not a regular file"
 
 
 # A Sphinx build's root holds searchindex.js, and beside it "_sources" (each page's source
@@ -194,7 +248,11 @@ def extract_file(path: pathlib.Path) -> ExtractedDocument:
     suffix = path.suffix.lower()
     _check_suffix(suffix)
     try:
-        size = path.stat().st_size
+        info = path.stat()
+        # Never opened: a FIFO's read waits for a writer, a device's may never end.
+        if not stat.S_ISREG(info.st_mode):
+            raise ExtractionError("not a regular file")
+        size = info.st_size
         if size > MAX_FILE_BYTES:
             raise ExtractionError(_too_large(size))
         with path.open("rb") as handle:

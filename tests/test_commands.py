@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import io
+import os
 import re
 from pathlib import Path
 
@@ -213,6 +214,27 @@ def test_bad_files_are_reported_and_do_not_stop_the_rest(folder: Path) -> None:
     assert not Document.objects.filter(source_key__endswith="latin1.txt").exists()
 
 
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_a_file_name_not_valid_utf8_is_reported_and_the_others_ingested(
+    tmp_path: Path, jobs: str
+) -> None:
+    # A Latin-1 name: Python holds its \xe9 byte as a lone surrogate, which no database
+    # stores. The batch it was written with (other.md) used to roll back with it.
+    with open(os.path.join(os.fsencode(tmp_path), b"caf\xe9.md"), "wb") as handle:
+        handle.write(b"# Cafe\n\nAbout coffee.\n")
+    write(tmp_path / "other.md", "# Other\n\nThe other file is about numbats.\n")
+
+    stdout, stderr = run("ingest", str(tmp_path), "--jobs", jobs)
+    counts = summary(stdout)
+    assert (counts["total"], counts["created"], counts["failed"]) == (2, 1, 1)
+    assert set(ingested(tmp_path)) == {"Other"}
+    (line,) = stderr.strip().splitlines()
+    # Shown with the byte escaped: a terminal, a log or a pipe can always print it.
+    assert line == (
+        f"Skipped {tmp_path.resolve()}/caf\\xe9.md: its file name is not valid UTF-8; rename it"
+    )
+
+
 def test_every_file_failing_is_a_command_error(tmp_path: Path) -> None:
     write(tmp_path / "empty.md", "   \n")
     with pytest.raises(CommandError, match="Every file failed"):
@@ -236,6 +258,41 @@ def test_ingest_folder_without_supported_files_is_a_command_error(tmp_path: Path
     with pytest.raises(CommandError, match="No supported files found"):
         call_command("ingest", str(tmp_path), stdout=out, stderr=err)
     assert "notes.gz: unsupported file type .gz" in out.getvalue()
+
+
+def test_paths_that_are_not_regular_files_are_reported_and_the_rest_ingested(
+    tmp_path: Path,
+) -> None:
+    good = write(tmp_path / "good.md", "# Good\n\nA good file about bilbies.\n")
+    fifo = tmp_path / "pipe.md"
+    os.mkfifo(fifo)  # never opened: a read would wait for a writer forever
+    link = tmp_path / "link.md"
+    link.symlink_to(tmp_path / "deleted.md")
+
+    stdout, stderr = run("ingest", str(good), str(fifo), os.devnull, str(link))
+    counts = summary(stdout)
+    assert (counts["total"], counts["created"], counts["failed"]) == (4, 1, 3)
+    assert set(stderr.strip().splitlines()) == {
+        f"Skipped {fifo}: not a regular file",
+        f"Skipped {os.devnull}: not a regular file",
+        f"Skipped {link}: a broken symbolic link",
+    }
+    assert set(ingested(tmp_path)) == {"Good"}
+
+
+def test_a_broken_symbolic_link_in_a_folder_is_reported(tmp_path: Path) -> None:
+    link = tmp_path / "gone.md"
+    link.symlink_to(tmp_path / "deleted.md")
+    out, err = io.StringIO(), io.StringIO()
+    with pytest.raises(CommandError, match="Every file failed"):
+        call_command("ingest", str(tmp_path), stdout=out, stderr=err)
+    assert err.getvalue().strip() == f"Skipped {link}: a broken symbolic link"
+
+    write(tmp_path / "kept.md", "# Kept\n\nKept beside the broken link.\n")
+    stdout, stderr = run("ingest", str(tmp_path))
+    counts = summary(stdout)
+    assert (counts["total"], counts["created"], counts["failed"]) == (2, 1, 1)
+    assert stderr.strip() == f"Skipped {link}: a broken symbolic link"
 
 
 def test_ingest_real_documents_of_every_type(tmp_path: Path) -> None:

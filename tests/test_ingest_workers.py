@@ -96,6 +96,18 @@ def test_a_broken_file_is_reported_and_the_others_parsed(tmp_path: Path, pages) 
     assert len([item for item in found if not item.error]) == len(pages)
 
 
+def test_a_path_not_valid_utf8_is_an_error_not_a_source_key(tmp_path: Path, pages) -> None:
+    # Its lone surrogate would reach the database as the source key and fail the batch.
+    undecodable = os.path.join(os.fsencode(tmp_path), b"caf\xe9.md")
+    with open(undecodable, "wb") as handle:
+        handle.write(b"# Cafe\n\nAbout coffee.\n")
+    for jobs in (1, 2):
+        found = parsed([Path(os.fsdecode(undecodable)), *pages[:3]], jobs=jobs)
+        assert found[0].error == "its file name is not valid UTF-8; rename it"
+        assert (found[0].body, found[0].spans) == ("", ())
+        assert [bool(item.error) for item in found[1:]] == [False] * 3
+
+
 def test_the_walk_is_read_lazily_with_a_bounded_window(pages) -> None:
     """Paths are pulled only as tasks are sent: never more than the window ahead."""
     pulled = 0

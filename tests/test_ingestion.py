@@ -3,6 +3,7 @@ from __future__ import annotations
 import codecs
 import io
 import itertools
+import os
 import re
 import shutil
 from pathlib import Path
@@ -192,8 +193,10 @@ def test_too_large_data_is_rejected(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_unreadable_file_is_an_extraction_error(tmp_path: Path) -> None:
     (tmp_path / "folder.md").mkdir()
-    with pytest.raises(ExtractionError, match="cannot read file"):
+    with pytest.raises(ExtractionError, match="not a regular file"):
         extract_file(tmp_path / "folder.md")
+    with pytest.raises(ExtractionError, match="cannot read file: No such file"):
+        extract_file(tmp_path / "deleted.md")
 
 
 def test_nul_bytes_are_rejected_in_text_files() -> None:
@@ -658,7 +661,7 @@ def test_library_warnings_do_not_reach_the_caller(recwarn: pytest.WarningsRecord
 def test_scan_reports_unsupported_files(tmp_path: Path) -> None:
     for name in ["a.md", "b.gz", "c.docx", "noext", ".hidden.gz"]:
         write(tmp_path / name, b"x")
-    found, skipped = scan_source_files([tmp_path])
+    found, skipped, _ = scan_source_files([tmp_path])
     assert [p.name for p in found] == ["a.md", "c.docx"]
     assert [(s.path.name, s.reason.split(" (supported")[0]) for s in skipped] == [
         ("b.gz", "unsupported file type .gz"),
@@ -712,7 +715,7 @@ def test_walk_leaves_out_sphinx_copies_and_redirect_stubs(tmp_path: Path) -> Non
         write(site / name, "<p>x</p>")
     write(site / "user_guide" / "search.html", "<p>A page about searching</p>")
     write(site / "later.html", '<meta http-equiv="refresh" content="5; url=a.html"><p>Soon</p>')
-    found, skipped = scan_source_files([site])
+    found, skipped, _ = scan_source_files([site])
     assert [p.relative_to(site).as_posix() for p in found] == [
         "later.html",
         "reference/api/pandas.DataFrame.index.html",
@@ -724,10 +727,65 @@ def test_walk_leaves_out_sphinx_copies_and_redirect_stubs(tmp_path: Path) -> Non
     stub = site / "generated" / "pandas.DataFrame.index.html"
     assert scan_source_files([stub])[0] == [stub]
     (site / "searchindex.js").unlink()
-    found, _ = scan_source_files([site])
+    found, _, _ = scan_source_files([site])
     assert "_sources/reference/api/pandas.DataFrame.index.rst.txt" in [
         p.relative_to(site).as_posix() for p in found
     ]
+
+
+def test_scan_reports_what_cannot_be_read_as_a_file(tmp_path: Path) -> None:
+    root = tmp_path / "docs"
+    good = write(root / "good.md", "x")
+    (root / "gone.md").symlink_to(root / "deleted.md")
+    (root / "gone.gz").symlink_to(root / "deleted.gz")  # not ingested anyway: not reported
+    os.mkfifo(root / "pipe.md")
+    undecodable = os.path.join(os.fsencode(root), b"caf\xe9.md")
+    with open(undecodable, "wb") as handle:
+        handle.write(b"x")
+    folder = os.path.join(os.fsencode(root), b"d\xe9j\xe0")
+    os.mkdir(folder)
+    with open(os.path.join(folder, b"inside.md"), "wb") as handle:
+        handle.write(b"x")
+    given_fifo = tmp_path / "given"
+    os.mkfifo(given_fifo)
+
+    found, unsupported, unreadable = scan_source_files([root, given_fifo, Path(os.devnull)])
+    assert found == [good]
+    assert unsupported == []
+    assert sorted((os.fsencode(s.path), s.reason) for s in unreadable) == sorted(
+        [
+            (os.fsencode(os.devnull), "not a regular file"),
+            (os.fsencode(given_fifo), "not a regular file"),
+            (os.fsencode(root / "gone.md"), "a broken symbolic link"),
+            (os.fsencode(root / "pipe.md"), "not a regular file"),
+            (undecodable, "its file name is not valid UTF-8; rename it"),
+            (
+                os.path.join(folder, b"inside.md"),
+                "the name of a folder on its path is not valid UTF-8; rename it",
+            ),
+        ]
+    )
+
+
+def test_shown_path_escapes_bytes_that_are_not_utf8() -> None:
+    path = os.fsdecode(b"/srv/caf\xe9.md")
+    assert ingestion.shown_path(path) == "/srv/caf\\xe9.md"
+    assert ingestion.shown_path(Path("/srv/caf\u00e9.md")) == "/srv/caf\u00e9.md"
+
+
+def test_a_fifo_is_never_opened(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fifo = tmp_path / "pipe.md"
+    os.mkfifo(fifo)
+    real_open = Path.open
+
+    def guarded_open(self: Path, *args: object, **kwargs: object) -> object:
+        # Opening it to read would wait for a writer forever: fail instead of hanging.
+        assert self != fifo, "the FIFO was opened"
+        return real_open(self, *args, **kwargs)  # type: ignore[call-overload]
+
+    monkeypatch.setattr(Path, "open", guarded_open)
+    with pytest.raises(ExtractionError, match="not a regular file"):
+        extract_file(fifo)
 
 
 def test_iter_source_files_missing_path(tmp_path: Path) -> None:

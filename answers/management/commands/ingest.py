@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections.abc import Iterator
@@ -17,7 +18,13 @@ from tqdm import tqdm
 from answers import services
 from answers.conf import answers_settings
 from answers.ingest_workers import FILES_PER_TASK, ParsedFile, ParsePool, default_jobs
-from answers.ingestion import SUPPORTED_SUFFIXES, SkippedFile, chunk_text, scan_source_files
+from answers.ingestion import (
+    SUPPORTED_SUFFIXES,
+    SkippedFile,
+    chunk_text,
+    scan_source_files,
+    shown_path,
+)
 from answers.markup import pydoc_to_markdown
 from answers.search.stemming import stems_known
 
@@ -129,7 +136,8 @@ class Command(BaseCommand):
         paths: list[Path] = options["paths"]
         if not paths and not options["python_docs"]:
             raise CommandError("Give at least one PATH, or --python-docs.")
-        missing = [str(p) for p in paths if not p.exists()]
+        # lexists: a broken symbolic link is reported with the files that cannot be read.
+        missing = [shown_path(p) for p in paths if not os.path.lexists(p)]
         if missing:
             raise CommandError(f"No such file or folder: {', '.join(missing)}")
         jobs = default_jobs() if options["jobs"] is None else int(options["jobs"])
@@ -153,9 +161,12 @@ class Command(BaseCommand):
         topics = python_doc_topics() if options["python_docs"] else []
         # Paths only (a few hundred bytes each): the files themselves are read by the workers,
         # a bounded window at a time.
-        sources, unsupported = scan_source_files(paths)
+        sources, unsupported, unreadable = scan_source_files(paths)
         verbosity = int(options.get("verbosity", 1))
-        total = len(topics) + len(sources)
+        # Paths that cannot be read count as files that failed, reported the same way.
+        for item in unreadable:
+            self.stderr.write(f"Skipped {shown_path(item.path.absolute())}: {item.reason}")
+        total = len(topics) + len(sources) + len(unreadable)
         if not total:
             self._report_unsupported(unsupported, verbosity=max(verbosity, 2))
             raise CommandError(
@@ -168,9 +179,11 @@ class Command(BaseCommand):
         # On SQLite the index triggers stem each chunk in this process: let the workers do it.
         stem = connection.vendor == "sqlite" and jobs > 1
         writer = _BatchWriter(group=group, chunk_size=chunk_size)
+        writer.failed = len(unreadable)
         show_progress = not options["no_progress"] and sys.stderr.isatty()
         progress = tqdm(
-            total=total, desc="Ingesting", unit="file", disable=not show_progress,
+            total=total, initial=len(unreadable), desc="Ingesting", unit="file",
+            disable=not show_progress,
             file=sys.stderr, postfix="0 files/s, 0 chunks/s",
             # Our own rates in place of tqdm's: files and chunks over the whole run.
             bar_format="{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} "
@@ -198,7 +211,7 @@ class Command(BaseCommand):
                 if parsed.error:
                     writer.failed += 1
                     progress.clear()
-                    self.stderr.write(f"Skipped {parsed.key}: {parsed.error}")
+                    self.stderr.write(f"Skipped {shown_path(parsed.key)}: {parsed.error}")
                 else:
                     writer.add(parsed)
                 advance(1)
@@ -230,7 +243,7 @@ class Command(BaseCommand):
         )
         if verbosity >= 2:
             for item in skipped:
-                self.stdout.write(f"Skipped {item.path.resolve()}: {item.reason}")
+                self.stdout.write(f"Skipped {shown_path(item.path.resolve())}: {item.reason}")
 
 
 @dataclass(frozen=True)
