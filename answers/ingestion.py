@@ -112,7 +112,7 @@ def iter_source_files(paths: Iterable[pathlib.Path]) -> Iterator[pathlib.Path]:
 
 
 def scan_source_files(
-    paths: Iterable[pathlib.Path],
+    paths: Iterable[pathlib.Path], *, max_key_length: int | None = None
 ) -> tuple[list[pathlib.Path], list[SkippedFile], list[SkippedFile]]:
     """``(supported, unsupported, unreadable)``: as ``iter_source_files``, plus what is left
     out and why.
@@ -121,7 +121,9 @@ def scan_source_files(
     but cannot be: given paths that are neither a folder nor a regular file (a FIFO,
     /dev/null), and, of a supported type, broken symbolic links, FIFOs and the like met in
     folders, and files whose path is not valid UTF-8 (``undecodable_path_reason``). None of
-    them is opened. Left out on purpose, and not reported, are hidden files and, met while
+    them is opened. With ``max_key_length``, so are files whose absolute path (the
+    document's source key) is longer: the database would refuse the key, and with it the
+    batch it was written in. Left out on purpose, and not reported, are hidden files and, met while
     walking a folder, copies and stubs of pages found elsewhere in it: a Sphinx build's
     ``_sources`` and generated index and search pages, and HTML redirect stubs
     (``_walk_leaves_out``).
@@ -136,6 +138,9 @@ def scan_source_files(
         if path.suffix.lower() not in SUPPORTED_SUFFIXES:
             unsupported.setdefault(key, SkippedFile(path, _unsupported(path.suffix.lower())))
         elif reason := undecodable_path_reason(key):  # the key is what the database stores
+            unreadable.setdefault(key, SkippedFile(path, reason))
+        elif max_key_length is not None and len(key) > max_key_length:
+            reason = f"its path is longer than {max_key_length:,} characters; move it"
             unreadable.setdefault(key, SkippedFile(path, reason))
         else:
             found.setdefault(key, path)

@@ -295,6 +295,28 @@ def test_a_broken_symbolic_link_in_a_folder_is_reported(tmp_path: Path) -> None:
     assert stderr.strip() == f"Skipped {link}: a broken symbolic link"
 
 
+def test_a_path_too_long_for_a_source_key_is_reported_and_the_rest_ingested(
+    tmp_path: Path,
+) -> None:
+    """The path is the document's source key: one longer than the column holds failed the
+    whole batch it was written in (PostgreSQL: "value too long")."""
+    limit = Document._meta.get_field("source_key").max_length
+    deep = tmp_path
+    while len(str(deep)) <= limit:
+        deep = deep / ("d" * 200)
+    deep.mkdir(parents=True)
+    long = write(deep / "long.md", "# Long\n\nA file about numbats, too deep.\n")
+    write(tmp_path / "near.md", "# Near\n\nA file about numbats, near the top.\n")
+
+    stdout, stderr = run("ingest", str(tmp_path))
+    counts = summary(stdout)
+    assert (counts["total"], counts["created"], counts["failed"]) == (2, 1, 1)
+    assert stderr.strip() == (
+        f"Skipped {long}: its path is longer than {limit:,} characters; move it"
+    )
+    assert set(ingested(tmp_path)) == {"Near"}
+
+
 def test_ingest_real_documents_of_every_type(tmp_path: Path) -> None:
     """Documents made by the libraries that write them ingest as clean text, real titles."""
     root = tmp_path / "real"

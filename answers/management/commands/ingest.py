@@ -26,6 +26,7 @@ from answers.ingestion import (
     shown_path,
 )
 from answers.markup import pydoc_to_markdown
+from answers.models import Document
 from answers.search.stemming import stems_known
 
 PYTHON_DOCS_URL = "https://docs.python.org/3/"
@@ -161,7 +162,9 @@ class Command(BaseCommand):
         topics = python_doc_topics() if options["python_docs"] else []
         # Paths only (a few hundred bytes each): the files themselves are read by the workers,
         # a bounded window at a time.
-        sources, unsupported, unreadable = scan_source_files(paths)
+        sources, unsupported, unreadable = scan_source_files(
+            paths, max_key_length=Document._meta.get_field("source_key").max_length
+        )
         verbosity = int(options.get("verbosity", 1))
         # Paths that cannot be read count as files that failed, reported the same way.
         for item in unreadable:
