@@ -403,6 +403,13 @@ def test_ingest_group_name_longer_than_the_field_is_a_command_error(folder: Path
     assert not Group.objects.filter(name__startswith="g" * limit).exists()
 
 
+def test_ingest_group_is_not_made_when_nothing_is_ingested(tmp_path: Path) -> None:
+    write(tmp_path / "notes.gz", b"\x1f\x8b\x08")
+    with pytest.raises(CommandError, match="No supported files found"):
+        run("ingest", str(tmp_path), "--group", "wombat-keepers")
+    assert not Group.objects.filter(name="wombat-keepers").exists()
+
+
 def test_ingest_group_restricts_documents_ingested_before(folder: Path, asker) -> None:  # type: ignore[no-untyped-def]
     run("ingest", str(folder))
     stdout, _ = run("ingest", str(folder), "--group", "research")

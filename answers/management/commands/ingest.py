@@ -144,7 +144,7 @@ class Command(BaseCommand):
         jobs = default_jobs() if options["jobs"] is None else int(options["jobs"])
         if jobs < 1:
             raise CommandError("--jobs must be at least 1.")
-        group = None
+        group_name = ""
         if options["group"]:
             name = options["group"].strip()
             if not name:
@@ -157,7 +157,7 @@ class Command(BaseCommand):
                     f"--group NAME can be at most {limit} characters long; this one has "
                     f"{len(name)}."
                 )
-            group, _ = Group.objects.get_or_create(name=name)
+            group_name = name
 
         topics = python_doc_topics() if options["python_docs"] else []
         # Paths only (a few hundred bytes each): the files themselves are read by the workers,
@@ -175,6 +175,8 @@ class Command(BaseCommand):
             raise CommandError(
                 f"No supported files found ({' '.join(sorted(SUPPORTED_SUFFIXES))})."
             )
+        # Made only now: a run that finds nothing to ingest leaves no empty group behind.
+        group = Group.objects.get_or_create(name=group_name)[0] if group_name else None
 
         chunk_size = int(answers_settings.CHUNK_SIZE)
         # No more workers than tasks: a handful of files is parsed here, without a pool.
