@@ -338,8 +338,12 @@ def conversation_answers_for_user(*, conversation: Conversation) -> QuerySet[Ans
 
 
 def answer_list_for_user(*, user: AnyUser) -> QuerySet[Answer]:
+    """``user``'s answers, newest first. Ordered by their questions' time (an answer is
+    made with its question, in one transaction): a page is then read from the question
+    index on (user, created_at) instead of sorting every answer the user ever had
+    (a first page of 20 took 224 ms at 100,000 answers on SQLite)."""
     answers = _answers_base().filter(question__user_id=user.pk or 0)
-    return _readers_only(answers, user=user).order_by("-created_at", "-id")
+    return _readers_only(answers, user=user).order_by("-question__created_at", "-question_id")
 
 
 # What a viewer gets instead of an answer written from a source they may no longer view.

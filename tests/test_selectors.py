@@ -74,3 +74,25 @@ def test_a_backend_that_grants_by_itself_is_still_asked(no_ask_user, settings):
     assert selectors.user_can_ask(user=_fresh(no_ask_user))
     settings.AUTHENTICATION_BACKENDS = ["tests.test_pipeline.DeniesAsking"]
     assert not selectors.user_can_ask(user=_fresh(no_ask_user))
+
+
+def test_a_page_of_answers_is_read_newest_first_from_the_question_index(asker):
+    """A page of an asker's answers does not sort every answer they ever had: the
+    questions' (user, created_at) index gives them newest first (a first page took 224 ms
+    at 100,000 answers on SQLite when the answers were sorted)."""
+    from django.db import connection
+
+    page = selectors.answer_list_for_user(user=_fresh(asker))[:20]
+    sql, params = page.query.sql_with_params()
+    with connection.cursor() as cursor:
+        if connection.vendor == "sqlite":
+            cursor.execute(f"EXPLAIN QUERY PLAN {sql}", params)
+            plan = [str(row[-1]) for row in cursor.fetchall()]
+            assert any("answers_question_user_time" in step for step in plan), plan
+            # Only ties within one instant are sorted (by id), never the whole list.
+            assert "USE TEMP B-TREE FOR ORDER BY" not in plan, plan
+        else:
+            cursor.execute("SET LOCAL enable_seqscan = off")
+            cursor.execute(f"EXPLAIN {sql}", params)
+            plan = [row[0] for row in cursor.fetchall()]
+            assert any("answers_question_user_time" in step for step in plan), plan
