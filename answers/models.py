@@ -86,13 +86,21 @@ class Conversation(models.Model):
     """One user's questions in order; a follow-up is asked within one."""
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    # No index of its own: the (owner, last_at) index leads with it.
     owner = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="answer_conversations"
+        settings.AUTH_USER_MODEL,
+        on_delete=models.CASCADE,
+        related_name="answer_conversations",
+        db_index=False,
     )
     created_at = models.DateTimeField(auto_now_add=True)
+    # When its latest question was asked (services.question_create), so the history lists
+    # conversations by their last activity from an index, not by reading every question.
+    last_at = models.DateTimeField(null=True, editable=False)
 
     class Meta:
         ordering = ["-created_at"]
+        indexes = [models.Index(fields=["owner", "last_at"], name="answers_conversation_recent")]
 
     def __str__(self) -> str:
         return str(self.id)

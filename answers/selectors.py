@@ -23,7 +23,6 @@ from django.db.models import (
     BooleanField,
     Count,
     Exists,
-    Max,
     OuterRef,
     Q,
     QuerySet,
@@ -315,15 +314,19 @@ def answer_get_for_user(*, answer_id: int, user: AnyUser) -> Answer:
 
 
 def conversation_list_for_user(*, user: AnyUser) -> QuerySet[Conversation]:
-    """``user``'s conversations with at least one question, latest activity first, each
-    with ``first_question``, ``last_question`` (their own words), ``question_count`` and
-    ``last_at``."""
-    questions = Question.objects.filter(conversation=OuterRef("pk"))
+    """``user``'s conversations with at least one question, latest activity first
+    (``last_at``), each with ``first_question``, ``last_question`` (their own words) and
+    ``question_count``. A page is read from the (owner, last_at) index, and only its
+    conversations' questions are counted: the history once aggregated every question of
+    the user for each page (90 ms at 100,000 questions on SQLite)."""
+    questions = Question.objects.filter(conversation=OuterRef("pk")).order_by()
+    counted = questions.values("conversation").annotate(n=Count("pk")).values("n")
     return (
-        _readers_only(Conversation.objects.filter(owner_id=user.pk or 0), user=user)
-        .annotate(question_count=Count("questions"), last_at=Max("questions__created_at"))
-        .filter(question_count__gt=0)
+        _readers_only(
+            Conversation.objects.filter(owner_id=user.pk or 0, last_at__isnull=False), user=user
+        )
         .annotate(
+            question_count=Subquery(counted),
             first_question=Subquery(questions.order_by("turn").values("text")[:1]),
             last_question=Subquery(questions.order_by("-turn").values("text")[:1]),
         )

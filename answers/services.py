@@ -234,14 +234,13 @@ def question_create(
                 _asker_lock(user=user)
                 question_check_limits(user=user)
                 if current is None:
-                    current = Conversation.objects.create(owner=user)
+                    current = Conversation.objects.create(owner=user, last_at=timezone.now())
                 else:
-                    # Questions in one conversation take their turns one after another: lock
-                    # its row (NO KEY: rows that only reference it are not blocked) before
-                    # reading the last turn, so two writers never compute the same one.
-                    Conversation.objects.select_for_update(no_key=True).filter(
-                        pk=current.pk
-                    ).exists()
+                    # Questions in one conversation take their turns one after another: the
+                    # UPDATE of its last activity locks its row (NO KEY, as for any update of
+                    # a column no key holds: rows that only reference it are not blocked)
+                    # before the last turn is read, so two writers never compute the same one.
+                    Conversation.objects.filter(pk=current.pk).update(last_at=timezone.now())
                     last = Question.objects.filter(conversation=current).aggregate(
                         last=Max("turn")
                     )["last"]

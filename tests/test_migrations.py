@@ -10,6 +10,7 @@ pytestmark = pytest.mark.django_db
 
 # Migration 0017: the foreign keys whose own index went (another index leads with them).
 LED = [
+    ("answers_conversation", "owner_id"),  # migration 0018: (owner, last_at)
     ("answers_feedback", "answer_id"),
     ("answers_question", "conversation_id"),
     ("answers_question", "user_id"),
@@ -32,7 +33,7 @@ def _migrate(target: str | None) -> None:
 
 # Transactional: SQLite's schema editor will not run inside the test's transaction.
 @pytest.mark.django_db(transaction=True)
-def test_migration_0017_leaves_indexes_that_lead_with_each_key_and_reverses() -> None:
+def test_migrations_0017_and_0018_leave_indexes_that_lead_with_each_key_and_reverse() -> None:
     for table, column in LED:
         assert [column] not in _indexes(table), table
         # Every lookup by the key still has an index that starts with it.
@@ -47,6 +48,7 @@ def test_migration_0017_leaves_indexes_that_lead_with_each_key_and_reverses() ->
         for table, column in LED:
             assert [column] in _indexes(table), table
         assert ["user_id", "created_at"] not in _indexes("answers_question")
+        assert ["owner_id", "last_at"] not in _indexes("answers_conversation")
     finally:
         _migrate(None)
     for table, column in LED:
@@ -60,3 +62,28 @@ def test_the_unique_keys_that_replace_two_of_the_indexes_lead_with_them() -> Non
         feedback = connection.introspection.get_constraints(cursor, "answers_feedback")
     assert any(c["unique"] and c["columns"][0] == "conversation_id" for c in question.values())
     assert any(c["unique"] and c["columns"][0] == "answer_id" for c in feedback.values())
+
+
+def test_migration_0018_fills_each_conversations_last_activity(asker) -> None:  # type: ignore[no-untyped-def]
+    import importlib
+    from datetime import timedelta
+
+    from django.apps import apps
+    from django.utils import timezone
+
+    from answers.models import Conversation, Question
+
+    conversation = Conversation.objects.create(owner=asker)
+    for turn in (1, 2):
+        Question.objects.create(conversation=conversation, turn=turn, text="q", user=asker)
+    latest = timezone.now() - timedelta(days=2)
+    Question.objects.filter(conversation=conversation, turn=2).update(created_at=latest)
+    Question.objects.filter(conversation=conversation, turn=1).update(
+        created_at=latest - timedelta(hours=1)
+    )
+    empty = Conversation.objects.create(owner=asker)  # never asked in: stays out of the list
+    Conversation.objects.update(last_at=None)  # as the column is added
+    migration = importlib.import_module("answers.migrations.0018_conversation_last_at")
+    migration.fill_last_at(apps, None)
+    assert Conversation.objects.get(pk=conversation.pk).last_at == latest
+    assert Conversation.objects.get(pk=empty.pk).last_at is None

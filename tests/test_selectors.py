@@ -96,3 +96,24 @@ def test_a_page_of_answers_is_read_newest_first_from_the_question_index(asker):
             cursor.execute(f"EXPLAIN {sql}", params)
             plan = [row[0] for row in cursor.fetchall()]
             assert any("answers_question_user_time" in step for step in plan), plan
+
+
+def test_a_page_of_conversations_is_read_from_the_owner_index(asker):
+    """The history lists conversations by their stored last activity (migration 0018):
+    a page does not aggregate every question the user asked (90 ms at 100,000 questions
+    on SQLite before)."""
+    from django.db import connection
+
+    page = selectors.conversation_list_for_user(user=_fresh(asker))[:25]
+    sql, params = page.query.sql_with_params()
+    with connection.cursor() as cursor:
+        if connection.vendor == "sqlite":
+            cursor.execute(f"EXPLAIN QUERY PLAN {sql}", params)
+            plan = [str(row[-1]) for row in cursor.fetchall()]
+            assert any("answers_conversation_recent" in step for step in plan), plan
+            assert "USE TEMP B-TREE FOR ORDER BY" not in plan, plan
+        else:
+            cursor.execute("SET LOCAL enable_seqscan = off")
+            cursor.execute(f"EXPLAIN {sql}", params)
+            plan = [row[0] for row in cursor.fetchall()]
+            assert any("answers_conversation_recent" in step for step in plan), plan
