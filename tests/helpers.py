@@ -163,3 +163,19 @@ def staff_reviewer(name: str, *, groups: tuple[str, ...] = (), review_all: bool 
     user.user_permissions.set(Permission.objects.filter(codename__in=codenames))
     user.groups.set([Group.objects.get_or_create(name=g)[0] for g in groups])
     return user
+
+
+def query_plan(queryset: Any) -> list[str]:
+    """The database's plan for ``queryset``, a step a line: SQLite's EXPLAIN QUERY PLAN, or
+    PostgreSQL's EXPLAIN with sequential scans off for the rest of the test's transaction
+    (a test's tiny tables are cheaper to scan: this asks what the indexes can do)."""
+    from django.db import connection
+
+    sql, params = queryset.query.sql_with_params()
+    with connection.cursor() as cursor:
+        if connection.vendor == "sqlite":
+            cursor.execute(f"EXPLAIN QUERY PLAN {sql}", params)
+            return [str(row[-1]) for row in cursor.fetchall()]
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        cursor.execute(f"EXPLAIN {sql}", params)
+        return [str(row[0]) for row in cursor.fetchall()]

@@ -6,6 +6,7 @@ import pytest
 from django.contrib.auth.models import Group, Permission, User
 
 from answers import selectors
+from tests.helpers import query_plan
 
 pytestmark = pytest.mark.django_db
 
@@ -80,40 +81,16 @@ def test_a_page_of_answers_is_read_newest_first_from_the_question_index(asker):
     """A page of an asker's answers does not sort every answer they ever had: the
     questions' (user, created_at) index gives them newest first (a first page took 224 ms
     at 100,000 answers on SQLite when the answers were sorted)."""
-    from django.db import connection
-
-    page = selectors.answer_list_for_user(user=_fresh(asker))[:20]
-    sql, params = page.query.sql_with_params()
-    with connection.cursor() as cursor:
-        if connection.vendor == "sqlite":
-            cursor.execute(f"EXPLAIN QUERY PLAN {sql}", params)
-            plan = [str(row[-1]) for row in cursor.fetchall()]
-            assert any("answers_question_user_time" in step for step in plan), plan
-            # Only ties within one instant are sorted (by id), never the whole list.
-            assert "USE TEMP B-TREE FOR ORDER BY" not in plan, plan
-        else:
-            cursor.execute("SET LOCAL enable_seqscan = off")
-            cursor.execute(f"EXPLAIN {sql}", params)
-            plan = [row[0] for row in cursor.fetchall()]
-            assert any("answers_question_user_time" in step for step in plan), plan
+    plan = query_plan(selectors.answer_list_for_user(user=_fresh(asker))[:20])
+    assert any("answers_question_user_time" in step for step in plan), plan
+    # Only ties within one instant are sorted (by id), never the whole list.
+    assert "USE TEMP B-TREE FOR ORDER BY" not in plan, plan
 
 
 def test_a_page_of_conversations_is_read_from_the_owner_index(asker):
     """The history lists conversations by their stored last activity (migration 0018):
     a page does not aggregate every question the user asked (90 ms at 100,000 questions
     on SQLite before)."""
-    from django.db import connection
-
-    page = selectors.conversation_list_for_user(user=_fresh(asker))[:25]
-    sql, params = page.query.sql_with_params()
-    with connection.cursor() as cursor:
-        if connection.vendor == "sqlite":
-            cursor.execute(f"EXPLAIN QUERY PLAN {sql}", params)
-            plan = [str(row[-1]) for row in cursor.fetchall()]
-            assert any("answers_conversation_recent" in step for step in plan), plan
-            assert "USE TEMP B-TREE FOR ORDER BY" not in plan, plan
-        else:
-            cursor.execute("SET LOCAL enable_seqscan = off")
-            cursor.execute(f"EXPLAIN {sql}", params)
-            plan = [row[0] for row in cursor.fetchall()]
-            assert any("answers_conversation_recent" in step for step in plan), plan
+    plan = query_plan(selectors.conversation_list_for_user(user=_fresh(asker))[:25])
+    assert any("answers_conversation_recent" in step for step in plan), plan
+    assert "USE TEMP B-TREE FOR ORDER BY" not in plan, plan

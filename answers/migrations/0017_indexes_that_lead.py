@@ -43,8 +43,9 @@ def _single_column_indexes(schema_editor, model, column):
     ]
 
 
-def drop_indexes(apps, schema_editor):
-    for model_name, field_name in LED:
+def drop_single_column_indexes(apps, schema_editor, led):
+    """Drop each (model, foreign key) of ``led``'s index on that column alone."""
+    for model_name, field_name in led:
         model = apps.get_model("answers", model_name)
         column = model._meta.get_field(field_name).column
         for name in _single_column_indexes(schema_editor, model, column):
@@ -55,12 +56,21 @@ def drop_indexes(apps, schema_editor):
             )  # fmt: skip
 
 
-def restore_indexes(apps, schema_editor):
-    for model_name, field_name in LED:
+def restore_single_column_indexes(apps, schema_editor, led):
+    """Recreate them as Django first made them (its name, its SQL)."""
+    for model_name, field_name in led:
         model = apps.get_model("answers", model_name)
         field = model._meta.get_field(field_name)
         if not _single_column_indexes(schema_editor, model, field.column):
             schema_editor.execute(schema_editor._create_index_sql(model, fields=[field]))
+
+
+def drop_indexes(apps, schema_editor):
+    drop_single_column_indexes(apps, schema_editor, LED)
+
+
+def restore_indexes(apps, schema_editor):
+    restore_single_column_indexes(apps, schema_editor, LED)
 
 
 def _foreign_key(to, related_name):

@@ -31,21 +31,11 @@ def fill_last_at(apps, schema_editor):
 
 
 def drop_owner_index(apps, schema_editor):
-    model = apps.get_model("answers", "Conversation")
-    column = model._meta.get_field("owner").column
-    for name in _0017._single_column_indexes(schema_editor, model, column):
-        schema_editor.execute(
-            schema_editor.sql_delete_index
-            % {"table": schema_editor.quote_name(model._meta.db_table),
-               "name": schema_editor.quote_name(name)}
-        )  # fmt: skip
+    _0017.drop_single_column_indexes(apps, schema_editor, [("conversation", "owner")])
 
 
 def restore_owner_index(apps, schema_editor):
-    model = apps.get_model("answers", "Conversation")
-    field = model._meta.get_field("owner")
-    if not _0017._single_column_indexes(schema_editor, model, field.column):
-        schema_editor.execute(schema_editor._create_index_sql(model, fields=[field]))
+    _0017.restore_single_column_indexes(apps, schema_editor, [("conversation", "owner")])
 
 
 class Migration(migrations.Migration):
