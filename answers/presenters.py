@@ -87,9 +87,11 @@ def excerpt_view(excerpt: str) -> ExcerptView:
 
 
 def location_of(url: str) -> str:
-    """Where a source is, in words: the site it is on, or this corpus."""
-    if url.startswith(("http://", "https://")):
-        return urlsplit(url).hostname or url
+    """Where a source is, in words: the site its link goes to, or this corpus. Read from
+    the URL as a browser reads it (``safe_url``), as the link itself is."""
+    followed = safe_url(url)
+    if followed and followed.startswith(("http://", "https://")):
+        return urlsplit(followed).hostname or followed
     return "In the corpus"
 
 

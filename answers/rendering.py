@@ -129,15 +129,39 @@ def _make_markdown() -> MarkdownIt:
 _MARKDOWN = _make_markdown()
 
 
+# What a browser drops from a URL before it reads it (the URL standard): C0 controls and
+# spaces at either end, and every tab and newline inside.
+_URL_EDGES = "".join(map(chr, range(0x21)))
+_URL_DROPPED = str.maketrans("", "", "\t\n\r")
+# Where a URL's path ends: a backslash after it is only data.
+_QUERY_OR_FRAGMENT = re.compile(r"[?#]")
+
+
 def safe_url(url: str) -> str | None:
-    """``url`` if following it cannot run anything here (http(s), mailto, or a path or
-    fragment on this site); otherwise None."""
-    value = (url or "").strip()
+    """``url`` as a browser reads it, if following it can neither run anything here nor pass
+    for another place: http(s) with a host, mailto, or a path or fragment on this site;
+    otherwise None. Link the value returned and describe it (``presenters.location_of``):
+    the host shown is then the host followed."""
+    value = (url or "").strip(_URL_EDGES).translate(_URL_DROPPED)
     if not value:
         return None
-    parts = urlsplit(value)
-    if parts.scheme:
-        return value if parts.scheme.lower() in URL_SCHEMES else None
+    # Before the query a browser reads a backslash as "/": "/\host" is "//host", another
+    # site, and "https://host\@trusted" goes to host, not trusted. No honest link has one.
+    if "\\" in _QUERY_OR_FRAGMENT.split(value, maxsplit=1)[0]:
+        return None
+    try:
+        parts = urlsplit(value)
+    except ValueError:  # an unclosed IPv6 bracket
+        return None
+    scheme = parts.scheme.lower()
+    if scheme in ("http", "https"):
+        rest = value[len(scheme) :]
+        # "https:host" and "https:/host" reach host too; only "https://host" says so.
+        if not rest.startswith("://") or not parts.hostname:
+            return None
+        return scheme + rest
+    if scheme:
+        return value if scheme in URL_SCHEMES else None
     # "//host" leaves the site; "/path" and "#fragment" stay on it.
     return value if value.startswith(("/", "#")) and not value.startswith("//") else None
 

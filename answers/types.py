@@ -126,6 +126,7 @@ class Reference(PlainData):
     def links_outside(self) -> bool:
         """The title links to the document's own (http) URL rather than its page here, so
         the Sources panel also links the copy in the corpus."""
+        # ``url`` is ``safe_url``'s reading (presenters.reference_url): scheme lower-cased.
         return self.url.startswith(("http://", "https://"))
 
 

@@ -61,7 +61,11 @@ def assert_safe_url(url: str) -> None:
     resolves against the page's own origin, so it cannot run script either.
     """
     seen = url_as_browser_reads_it(url)
-    if seen.startswith(("#", "/")):
+    if seen.startswith("#"):
+        return
+    if seen.startswith("/"):
+        # "//host" and "/\\host" (a browser reads "\\" as "/") are another site.
+        assert not seen.startswith(("//", "/\\")), f"off-site URL {url!r} passes for a path"
         return
     scheme = url_scheme(seen)
     assert scheme is None or scheme in SAFE_SCHEMES, f"dangerous URL {url!r} (scheme {scheme!r})"

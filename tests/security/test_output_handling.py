@@ -145,8 +145,58 @@ def test_the_url_helper_itself_flags_dangerous_urls():
     for bad in ["javascript:x", " JaVaScRiPt:x", "java\tscript:x", "\x01javascript:x", "data:x"]:
         with pytest.raises(AssertionError):
             assert_safe_url(bad)
+    for bad in ["//evil.example", "/\\evil.example", "/\t/evil.example"]:
+        with pytest.raises(AssertionError):
+            assert_safe_url(bad)
     for good in ["https://a.example", "mailto:a@b", "#frag", "/path", "java%09script:x"]:
         assert_safe_url(good)
+
+
+# A document's URL as a browser follows it, and what the Sources panel may say about it.
+OFF_SITE = [
+    # (stored url, the link given, where the panel says it goes)
+    ("/\\evil.example/login", None, "In the corpus"),  # "\\" is "/": //evil.example
+    ("/\t/evil.example/login", None, "In the corpus"),  # the tab is dropped: //evil.example
+    ("HTTPS://evil.example/login", "https://evil.example/login", "evil.example"),
+    ("https://evil.example\\@docs.trusted.example/page", None, "In the corpus"),
+    ("https:evil.example/login", None, "In the corpus"),  # a browser adds the slashes
+    ("https:/evil.example/login", None, "In the corpus"),
+    (" https://ok.example/a\n", "https://ok.example/a", "ok.example"),
+    ("https://ok.example/search?q=a\\b", "https://ok.example/search?q=a\\b", "ok.example"),
+    ("http://[::1/x", None, "In the corpus"),
+]
+
+
+@pytest.mark.parametrize(("stored", "link", "where"), OFF_SITE)
+def test_a_source_link_goes_where_the_panel_says(stored, link, where):
+    """The panel names the host a link really goes to, or links the copy in the corpus:
+    a URL a browser reads differently from its text ("/\\evil", "HTTPS://", a tab, a
+    backslash before "@") must not pass for a page here or for a trusted host."""
+    from answers.presenters import location_of, reference_url
+    from answers.rendering import safe_url
+
+    assert safe_url(stored) == link
+    followed = reference_url(document_id=7, url=stored, ordinal=None)
+    assert followed == (link or followed) and (link or followed.startswith("/documents/7/"))
+    assert location_of(followed) == where
+    assert_safe_url(followed)
+
+
+def test_an_off_site_url_is_shown_as_the_copy_in_the_corpus_on_the_page(client, asker, scripted):
+    result = services.document_ingest(
+        source_key="offsite:1", title="Numbat care", body="numbat wombat care notes",
+        url="/\\evil.example/login", chunk_size=1200,
+    )  # fmt: skip
+    scripted.script = ["Care [1]."]
+    body = api_post(client, "/api/answers", {"question": "numbat wombat"}, user=asker).json()
+    assert [r["url"] for r in body["references"]] == [f"/documents/{result.document.pk}/#chunk-0"]
+    client.force_login(asker)
+    soup = BeautifulSoup(client.get(f"/answers/{body['answer_id']}/").content, "html.parser")
+    assert soup.select_one(".source-title")["href"].startswith("/documents/")
+    assert soup.select_one(".source-where").get_text(strip=True) == "In the corpus"
+    page = BeautifulSoup(client.get(f"/documents/{result.document.pk}/").content, "html.parser")
+    original = page.select_one(".document-url a")
+    assert original is None or original["href"] == "#"
 
 
 # --- (3) images: an exfiltration channel ------------------------------------------------
