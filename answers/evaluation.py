@@ -11,6 +11,7 @@ five sources).
 
 from __future__ import annotations
 
+import codecs
 import json
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -134,12 +135,16 @@ def _json_lines(*, path: Path) -> Iterator[tuple[int, Any]]:
         data = path.read_bytes()
     except OSError as exc:
         raise EvaluationError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+    # A byte-order mark, as editors on Windows write one, is not part of the first line
+    # (ingest reads such files too).
+    bom = len(codecs.BOM_UTF8) if data.startswith(codecs.BOM_UTF8) else 0
     try:
-        text = data.decode("utf-8")
+        text = data[bom:].decode("utf-8")
     except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
+        at = bom + exc.start  # the file's own offset
+        line = data.count(b"\n", 0, at) + 1
         raise EvaluationError(
-            f"{path}:{line}: not UTF-8 (byte 0x{data[exc.start]:02x} at offset {exc.start} "
+            f"{path}:{line}: not UTF-8 (byte 0x{data[at]:02x} at offset {at} "
             "of the file); save it as UTF-8"
         ) from None
     # JSON Lines ends lines with "\n" only: str.splitlines() would also split on U+2028,

@@ -3,6 +3,7 @@ the shipped test split holding the floors in eval/floors.json."""
 
 from __future__ import annotations
 
+import codecs
 import errno
 import io
 import json
@@ -217,6 +218,21 @@ def test_not_utf8_says_where_the_bad_byte_is(tmp_path: Path) -> None:
         evaluate(path)
     assert str(caught.value) == (
         f"{path}:1: not UTF-8 (byte 0xe9 at offset 17 of the file); save it as UTF-8"
+    )
+
+
+def test_a_byte_order_mark_is_not_part_of_the_first_line(tmp_path: Path) -> None:
+    """Editors on Windows start UTF-8 files with one; ingest reads such files too."""
+    path = tmp_path / "bom.jsonl"
+    line = json.dumps({"question": "What is the capital of France?", "expect": []})
+    path.write_bytes(codecs.BOM_UTF8 + line.encode() + b"\n")
+    assert row(evaluate(path), str(path))[5] == "1"  # one off-topic question, read
+    # A bad byte after it is still placed at the file's own offset.
+    path.write_bytes(codecs.BOM_UTF8 + b'{"question": "caf\xe9", "expect": []}\n')
+    with pytest.raises(CommandError) as caught:
+        evaluate(path)
+    assert str(caught.value) == (
+        f"{path}:1: not UTF-8 (byte 0xe9 at offset 20 of the file); save it as UTF-8"
     )
 
 
