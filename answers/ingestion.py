@@ -597,9 +597,20 @@ _HTML_STANDARD_ENCODINGS = (
 )
 # Labels the standard reads as another encoding than Python's codec of that name: Latin-1
 # and ASCII as windows-1252, Latin-5 as windows-1254, Thai as windows-874, GB2312 as GBK.
+# Shift_JIS and EUC-KR as browsers decode them, with the Windows extensions (Python's
+# shift_jis and euc_kr codecs replace NEC's "\u2460" and cp949's "\uac02").
 _HTML_STANDARD_REMAPS = {
     "iso-8859-1": "windows-1252", "ascii": "windows-1252", "iso-8859-9": "windows-1254",
     "iso-8859-11": "cp874", "tis-620": "cp874", "gb2312": "gbk",
+    "shift_jis": "cp932", "cp932": "cp932", "euc-kr": "cp949", "cp949": "cp949",
+}  # fmt: skip
+# The standard's labels that Python's codecs do not know, by a name they do.
+_HTML_LABELS_PYTHON_LACKS = {
+    "windows-31j": "cp932", "x-sjis": "shift_jis", "windows-949": "cp949", "x-gbk": "gbk",
+    "x-mac-cyrillic": "mac-cyrillic", "iso-8859-8-i": "iso-8859-8",
+    "csiso88598i": "iso-8859-8", "logical": "iso-8859-8", "x-x-big5": "big5",
+    "cn-big5": "big5", "x-euc-jp": "euc-jp", "unicode-1-1-utf-8": "utf-8",
+    "unicode11utf8": "utf-8", "unicode20utf8": "utf-8", "x-unicode20utf8": "utf-8",
 }  # fmt: skip
 # Python's name of a declared encoding -> the codec the page is decoded with.
 _HTML_DECODERS = {
@@ -619,8 +630,9 @@ def _html_encoding(data: bytes) -> str:
     match = _META_CHARSET.search(data[:8192])
     if match is None:
         return "utf-8"
+    label = match[1].decode("ascii").lower()
     try:
-        name = codecs.lookup(match[1].decode("ascii")).name
+        name = codecs.lookup(_HTML_LABELS_PYTHON_LACKS.get(label, label)).name
     except LookupError:
         return "utf-8"
     # Any other label, as one Python does not know: UTF-8 (a <meta> cannot really declare

@@ -361,6 +361,15 @@ def test_html_charset_labels_no_browser_accepts_read_as_utf8(label: str) -> None
         # The standard reads these labels as a superset: GB2312 as GBK, Latin-5 as 1254.
         ("gb2312", "\u4e2d\u6587".encode("gbk"), "\u4e2d\u6587"),
         ("iso-8859-9", b"\x80", "\u20ac"),
+        # Shift_JIS and EUC-KR with the Windows extensions browsers decode them with.
+        ("shift_jis", "\u2460\u65e5".encode("cp932"), "\u2460\u65e5"),
+        ("euc-kr", "\uac02\ub620".encode("cp949"), "\uac02\ub620"),
+        # The standard's labels that Python's codecs do not know.
+        ("Windows-31J", "\u2460".encode("cp932"), "\u2460"),
+        ("windows-949", "\uac02".encode("cp949"), "\uac02"),
+        ("x-mac-cyrillic", "\u041f".encode("mac-cyrillic"), "\u041f"),
+        ("iso-8859-8-i", "\u05e9".encode("iso-8859-8"), "\u05e9"),
+        ("x-gbk", "\u4e2d".encode("gbk"), "\u4e2d"),
     ],
 )
 def test_html_charset_labels_of_the_standard_are_honoured(
