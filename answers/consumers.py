@@ -137,11 +137,18 @@ class AnswerConsumer(AsyncJsonWebsocketConsumer):
         self.task = asyncio.create_task(self._follow(answer_id, after))
 
     async def _user_now(self) -> Any:
+        """The user as of now, or None after telling the client why it gets nothing."""
         # A socket can outlive a session, an account or a group: re-read at each ask.
         session_key = getattr(self.scope.get("session"), "session_key", None)
-        user = await database_sync_to_async(selectors.user_get_current)(
-            user_id=self.scope["user"].pk, session_key=session_key
-        )
+        try:
+            user = await database_sync_to_async(selectors.user_get_current)(
+                user_id=self.scope["user"].pk, session_key=session_key
+            )
+        except Exception:
+            # The ask or resume must still end with a reply, not leave the client waiting.
+            logger.exception("Reading the user of a socket failed")
+            await self._error(pipeline.GENERIC_ERROR, "failed", last=True)
+            return None
         if user is None:
             await self._error(
                 "Your session has ended. Please log in again.", "signed_out", last=True
@@ -171,23 +178,26 @@ class AnswerConsumer(AsyncJsonWebsocketConsumer):
                 return
         # Only now may "stop" go to the answer: before, the generation was not listening.
         self.answer_id = asked.answer_id
-        if self.stop_requested:  # "stop" came while the question was being prepared
-            await self._stop_answer(asked.answer_id, user)
-        await self._relay(asked.answer_id, asked.events)
+        await self._stop_if_requested(asked.answer_id, user)
+        await self._relay(asked.answer_id, asked.events, user=user)
 
     async def _follow(self, answer_id: int, after: int) -> None:
         user = await self._user_now()
         if user is not None:
             events = streams.answer_stream_follow(answer_id=answer_id, user=user, after=after)
-            await self._relay(answer_id, events)
+            await self._relay(answer_id, events, user=user)
 
     async def _relay(
-        self, answer_id: int, events: AsyncGenerator[streams.StreamEvent, None]
+        self, answer_id: int, events: AsyncGenerator[streams.StreamEvent, None], *, user: Any
     ) -> None:
         try:
             async with aclosing(events):
                 async for event in events:
-                    self.answer_id = answer_id
+                    if self.answer_id is None:
+                        # The first event of a resumed answer: it is the user's (the follow
+                        # has checked), so a "stop" that came before it goes to it now.
+                        self.answer_id = answer_id
+                        await self._stop_if_requested(answer_id, user)
                     message = event.to_dict()
                     panel = render_event_sources_panel(event.event)
                     if panel is not None:
@@ -212,11 +222,23 @@ class AnswerConsumer(AsyncJsonWebsocketConsumer):
             return
         await self._stop_answer(self.answer_id, self.scope["user"])
 
+    async def _stop_if_requested(self, answer_id: int, user: Any) -> None:
+        if self.stop_requested:  # "stop" came before the answer could take it
+            self.stop_requested = False
+            await self._stop_answer(answer_id, user)
+
     async def _stop_answer(self, answer_id: int, user: Any) -> None:
         # Whichever process generates it stops; its "done" reaches this socket's stream.
-        # An answer that has just ended needs no stop: that "done" is on its way already.
-        with contextlib.suppress(streams.AnswerNotStreaming):
+        try:
             await streams.answer_stream_stop(answer_id=answer_id, user=user)
+        except streams.AnswerNotStreaming:
+            pass  # it has just ended: that "done" is on its way already
+        except pipeline.AskRefused as exc:  # e.g. not found: access lost since the ask
+            await self._error(exc.message, exc.code)
+        except Exception:
+            # A frame handler must not die with it: the socket stays open.
+            logger.exception("Stopping answer %s failed", answer_id)
+            await self._error(pipeline.GENERIC_ERROR, "failed")
 
     async def _error(self, message: str, code: str, *, last: bool = False) -> None:
         """``last``: the final word of the task that asks or follows (it is free now)."""

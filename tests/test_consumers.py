@@ -77,6 +77,51 @@ async def test_stop_cancels_generation_and_stores_the_partial_answer(corpus, ask
     await comm.disconnect()
 
 
+async def test_a_stop_sent_right_after_resume_stops_the_answer(corpus, asker, settings):
+    """A second socket resumes an answer under way and stops it before its first event:
+    the stop waits for the resumed answer instead of being dropped."""
+    comm, first = await streaming(asker, settings, delay=0.2)
+    other = await connected(scoped_socket(asker))
+    await other.send_json_to({"type": "resume", "answer_id": first["answer_id"], "after": 0})
+    await other.send_json_to({"type": "stop"})
+    messages = await receive_until_final(other)
+    assert messages[-1]["type"] == "done" and messages[-1]["status"] == "interrupted"
+    assert (await receive_until_final(comm))[-1]["status"] == "interrupted"
+    stored = await Answer.objects.aget(pk=first["answer_id"])
+    assert stored.status == "interrupted"
+    await other.disconnect()
+    await comm.disconnect()
+
+
+async def test_a_stop_after_access_was_lost_is_an_error_not_a_dead_socket(corpus, asker, settings):
+    from django.contrib.auth.models import Permission
+
+    comm, _ = await streaming(asker, settings, delay=0.2)
+    ask = await Permission.objects.aget(codename="ask_question")
+    await database_sync_to_async(asker.user_permissions.remove)(ask)
+    await comm.send_json_to({"type": "stop"})
+    error = await comm.receive_json_from(timeout=5)
+    while error["type"] != "error":  # tokens still under way
+        error = await comm.receive_json_from(timeout=5)
+    assert error["code"] == "not_found" and error["message"]
+    await comm.disconnect()
+
+
+async def test_a_failing_user_check_still_gets_a_reply(corpus, asker, monkeypatch):
+    from answers import selectors
+
+    def broken(**kwargs):  # type: ignore[no-untyped-def]
+        raise RuntimeError("the database went away")
+
+    monkeypatch.setattr(selectors, "user_get_current", broken)
+    comm = await connected(scoped_socket(asker))
+    for frame in ({"type": "ask", "question": LAMBDA}, {"type": "resume", "answer_id": 1}):
+        await comm.send_json_to(frame)
+        messages = await receive_until_final(comm)
+        assert [(m["type"], m["code"]) for m in messages] == [("error", "failed")]
+    await comm.disconnect()
+
+
 async def test_a_disconnect_leaves_the_answer_generating_to_the_end(corpus, asker, settings):
     comm, first = await streaming(asker, settings, delay=0.05)
     await comm.receive_json_from(timeout=5)

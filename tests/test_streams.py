@@ -109,6 +109,34 @@ async def test_resuming_a_finished_answer_replays_its_log_then_the_stored_result
     await comm.disconnect()
 
 
+async def test_an_asker_who_leaves_while_the_stream_starts_leaves_no_answer_streaming(
+    corpus, asker, monkeypatch
+):
+    """With a shared layer the stream first listens for "stop" from other processes; an
+    asker cancelled during that wait (a socket closed, a request dropped) must not leave
+    its stored answer "streaming" with nothing to end it (followers waited, the asker's
+    slot stayed taken)."""
+    from answers.streams import generation
+
+    entered = asyncio.Event()
+
+    class Hanging:
+        async def acquire(self) -> None:
+            entered.set()
+            await asyncio.Event().wait()  # a Redis round trip that has not come back
+
+    monkeypatch.setattr(generation, "layer_is_shared", lambda: True)
+    monkeypatch.setattr(generation, "control_for_loop", lambda: Hanging())
+    run = await pipeline.start_answer(user=asker, question="What is a lambda expression?")
+    starting = asyncio.create_task(generation.answer_stream_start(run=run))
+    await entered.wait()
+    starting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await starting
+    stored = await Answer.objects.aget(pk=run.answer.pk)
+    assert stored.status == Answer.Status.FAILED and stored.error
+
+
 async def test_only_the_owner_may_resume(corpus, asker, other_asker, slow):
     comm = await connected(asker)
     await comm.send_json_to({"type": "ask", "question": QUESTION})

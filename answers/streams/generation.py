@@ -273,6 +273,12 @@ async def answer_stream_start(*, run: pipeline.AnswerRun) -> None:
         raise StreamUnavailable(
             "Answers cannot be streamed right now. Please try again shortly."
         ) from None
+    except asyncio.CancelledError:
+        # The asker left while the listener was being set up: the answer is stored as
+        # streaming and nothing would ever generate or end it. Stored as failed (shielded:
+        # this task is being cancelled), it frees the asker's slot and followers settle.
+        await asyncio.shield(run.fail("the request ended before the answer started"))
+        raise
     local = local_streams[stream] = LocalStream()
     if control is not None:
         control.attach(stream, local)
