@@ -273,17 +273,17 @@ async def follow_answer(
     after: int | None = Query(None, ge=0, le=MAX_ID),
 ) -> Any:
     """Server-sent events of one of your answers, as `POST /answers` streams them: those
-    after sequence number `after` (or the `Last-Event-ID` header an EventSource sends when
-    it reconnects; from the start without either), live until its `done` or `error`. For
-    an answer that finished long ago, its stored result as one `done` event without an id.
+    after sequence number `after` or the `Last-Event-ID` header an EventSource sends when
+    it reconnects, whichever is later (from the start without either), live until its
+    `done` or `error`. For an answer that finished long ago, its stored result as one
+    `done` event without an id.
     """
-    if after is None:
-        header = request.headers.get("Last-Event-ID", "").strip()
-        if header and not (header.isascii() and header.isdigit() and len(header) < 19):
-            return _error(
-                request, code="invalid", message="Last-Event-ID must be a sequence number."
-            )
-        after = int(header) if header else 0
+    header = request.headers.get("Last-Event-ID", "").strip()
+    if header and not (header.isascii() and header.isdigit() and len(header) < 19):
+        return _error(request, code="invalid", message="Last-Event-ID must be a sequence number.")
+    # An EventSource opened on `?after=N` reconnects to that same URL with the header: the
+    # later of the two is what the client has, or every reconnect would repeat N+1...
+    after = max(after or 0, int(header) if header else 0)
     user = request.auth  # type: ignore[attr-defined]
     # Refused as JSON before the stream starts.
     await sync_to_async(selectors.answer_get_for_user)(answer_id=answer_id, user=user)

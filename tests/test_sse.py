@@ -267,6 +267,23 @@ def test_only_the_owner_follows_or_stops_an_answer(client, auth, other_asker) ->
     assert _wait_for_status(answer_id) == Answer.Status.COMPLETE
 
 
+@pytest.mark.parametrize("on_the_url", ["earlier", "later"])
+def test_after_and_last_event_id_resume_after_the_later(client, auth, on_the_url) -> None:  # type: ignore[no-untyped-def]
+    _, asked = ask_streaming(client, auth, {"question": QUESTION})
+    answer_id, seen = asked[0].data["answer_id"], len(asked) - 2
+    # An EventSource opened on `?after=2` reconnects to the same URL with the header.
+    query, header = (2, seen) if on_the_url == "earlier" else (seen, 2)
+    with client.stream(
+        "GET",
+        f"/api/answers/{answer_id}/events?after={query}",
+        headers={**SSE, **auth, "Last-Event-ID": str(header)},
+    ) as response:
+        assert response.status_code == 200
+        rest = list(iter_events(response))
+    assert [e.id for e in rest] == [str(seen + 1), str(seen + 2)]
+    assert [e.event for e in rest][-1] == "done"
+
+
 @pytest.mark.parametrize(
     ("query", "headers"),
     [
@@ -274,6 +291,7 @@ def test_only_the_owner_follows_or_stops_an_answer(client, auth, other_asker) ->
         ("?after=x", {}),
         ("", {"Last-Event-ID": "abc"}),
         ("", {"Last-Event-ID": "-2"}),
+        ("?after=2", {"Last-Event-ID": "abc"}),
     ],
 )
 def test_bad_resume_positions_are_refused_as_json(client, auth, query, headers) -> None:  # type: ignore[no-untyped-def]
