@@ -11,13 +11,16 @@ from bs4 import BeautifulSoup
 from channels.layers import get_channel_layer
 from django.conf import settings
 from django.core.cache import cache
+from django.test import AsyncClient
 from django.utils import timezone
 
 from answers import pipeline, streams
-from answers.events import TokenEvent
+from answers.events import StreamEvent, TokenEvent
 from answers.models import Answer
 from answers.streams import log as stream_log
-from tests.helpers import api_post, assert_json_error, bearer_headers
+from answers.streams.generation import LocalStream
+from answers.streams.relay import follow_here
+from tests.helpers import api_get, api_post, assert_json_error, bearer_headers
 from tests.sockets import receive_until_final, scoped_socket
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -85,6 +88,83 @@ async def test_a_second_tab_watches_the_same_answer_from_the_start(corpus, asker
     assert tokens(watched) == tokens(asked) and watched[-1]["text"] == asked[-1]["text"]
     await asking.disconnect()
     await watching.disconnect()
+
+
+@pytest.fixture
+def patient(settings):  # type: ignore[no-untyped-def]
+    """A follower that hears nothing waits an hour before it looks at the log or the store
+    again: a test that needs that wait times out."""
+    settings.ANSWERS = {**settings.ANSWERS, "STREAM_POLL_INTERVAL": 3600}
+
+
+async def _asked_to_the_end(user) -> list[dict]:  # type: ignore[no-untyped-def]
+    comm = await connected(user)
+    await comm.send_json_to({"type": "ask", "question": QUESTION})
+    asked = await receive_until_final(comm)
+    await comm.disconnect()
+    await streams.answer_streams_wait(timeout=10)
+    return asked
+
+
+async def test_resuming_after_the_done_over_sse_ends_at_once_with_nothing(corpus, asker, patient):
+    asked = await _asked_to_the_end(asker)
+    answer_id, last = asked[0]["answer_id"], asked[-1]["seq"]
+    auth = await sync_to_async(bearer_headers)(asker)
+    response = await api_get(
+        AsyncClient(), f"/api/answers/{answer_id}/events?after={last}", headers=auth
+    )
+    assert response.status_code == 200
+    body = await asyncio.wait_for(_body(response), timeout=30)
+    assert body == b""  # not a second `done`
+
+
+async def _body(response) -> bytes:  # type: ignore[no-untyped-def]
+    return b"".join([chunk async for chunk in response.streaming_content])
+
+
+async def test_resuming_after_the_done_over_a_socket_ends_at_once_with_nothing(
+    corpus, asker, patient
+):
+    asked = await _asked_to_the_end(asker)
+    answer_id, last = asked[0]["answer_id"], asked[-1]["seq"]
+    comm = await connected(asker)
+    await comm.send_json_to({"type": "resume", "answer_id": answer_id, "after": last})
+
+    async def next_word() -> dict:  # type: ignore[type-arg]
+        # Busy while that follow runs; once it has ended, a resume from one before the end
+        # gets the `done` alone.
+        while True:
+            await comm.send_json_to({"type": "resume", "answer_id": answer_id, "after": last - 1})
+            message = await comm.receive_json_from(timeout=5)
+            if (message["type"], message.get("code")) != ("error", "busy"):
+                return message
+
+    assert await asyncio.wait_for(next_word(), timeout=30) == asked[-1]
+    assert await comm.receive_nothing()
+    await comm.disconnect()
+
+
+async def test_resuming_past_anything_logged_gets_the_stored_result_at_once(corpus, asker, patient):
+    asked = await _asked_to_the_end(asker)
+    answer_id, last = asked[0]["answer_id"], asked[-1]["seq"]
+    comm = await connected(asker)
+    await comm.send_json_to({"type": "resume", "answer_id": answer_id, "after": last + 5})
+    (stored,) = await receive_until_final(comm)
+    assert stored["type"] == "done" and stored["seq"] is None
+    assert stored["text"] == asked[-1]["text"]
+    await comm.disconnect()
+
+
+async def test_a_follower_here_after_the_done_gets_nothing_more(corpus, asker):
+    asked = await _asked_to_the_end(asker)
+    answer_id, last = asked[0]["answer_id"], asked[-1]["seq"]
+    # The generation's own record, as followers in its process read it until it is gone.
+    local = LocalStream()
+    for message in asked:
+        local.add(StreamEvent.from_dict(message))
+    local.end()
+    follow = follow_here(local, answer_id=answer_id, user=asker, after=last)
+    assert [event async for event in follow] == []
 
 
 async def test_resuming_a_finished_answer_replays_its_log_then_the_stored_result(corpus, asker):

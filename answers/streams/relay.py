@@ -94,11 +94,15 @@ async def follow_here(
                 last = event.seq
                 if event.terminal:
                     return
+            elif event.terminal and event.seq == after:
+                return  # the client has the `done` already: nothing more, not a second one
         while not (local.ended and queue.empty()):
             item = await queue.get()
             if item is None:
                 break
             if item.seq is None or item.seq <= last:
+                if item.terminal and item.seq == after:
+                    return
                 continue
             yield item
             last = item.seq
@@ -141,6 +145,28 @@ async def answer_stream_follow(
             yield event
 
 
+async def _rest_of_a_finished(
+    stream: str, *, answer_id: int, user: Any, after: int
+) -> list[StreamEvent] | None:
+    """What a follower at ``after`` with nothing left to replay still gets when the answer
+    is over (nothing, when ``after`` is its logged ``done``); None while it goes on."""
+    settled = await _settled(answer_id, user)
+    if settled is None:
+        return None
+    # Over now: the log holds all it ever will (it may have grown since the replay).
+    logged = await log_read(stream, max(after - 1, 0), None)
+    if logged is None:
+        return [settled]  # expired meanwhile
+    rest = [event for event in logged if event.seq is not None and event.seq > after]
+    if rest and rest[-1].terminal:
+        return rest
+    if not rest and logged and logged[0].seq == after and logged[0].terminal:
+        return []  # the client has the `done` already
+    # The log ends without a last word (its process died), or `after` is past anything
+    # logged: the stored result, so the client loses nothing.
+    return [*rest, settled]
+
+
 async def _relay(
     channel_layer: BaseChannelLayer,
     channel: str,
@@ -164,6 +190,16 @@ async def _relay(
                 settled = await _settled(answer_id, user)
                 if settled is not None:
                     yield settled
+                    return
+            if replayed == []:
+                # Nothing after `after` yet: when the answer is over, nothing will come live
+                # either, and waiting a poll for it would end in a second `done`.
+                rest = await _rest_of_a_finished(
+                    stream, answer_id=answer_id, user=user, after=after
+                )
+                if rest is not None:
+                    for event in rest:
+                        yield event
                     return
             for event in replayed or []:
                 yield event
