@@ -579,15 +579,24 @@ async def start_answer(
         )
 
 
-def _stored_payload(answer_id: int, user: User) -> AnswerPayload:
+def stored_done_event(*, answer: Answer, user: Any) -> DoneEvent:
+    """``answer``'s ``done`` from the store, as ``user`` may see it now, with the same
+    ``number_map`` its live ``done`` had (none for a withheld one: its notice cites nothing)."""
+    payload = presenters.answer_payload(answer=answer, user=user)
+    if payload.withheld or answer.status == Answer.Status.STREAMING:
+        return DoneEvent(answer=payload)
+    return DoneEvent(answer=payload, number_map=selectors.answer_number_map(answer=answer))
+
+
+def _stored_done(answer_id: int, user: User) -> DoneEvent:
     answer = selectors.answer_get_for_user(answer_id=answer_id, user=user)
-    return presenters.answer_payload(answer=answer, user=user)
+    return stored_done_event(answer=answer, user=user)
 
 
 async def stored_done(*, answer_id: int, user: User) -> DoneEvent:
     """A finished answer's last word, from the store: after a stop (the stream stored the
     partial answer as interrupted), or once its stream log has expired."""
-    return DoneEvent(answer=await sync_to_async(_stored_payload)(answer_id, user))
+    return await sync_to_async(_stored_done)(answer_id, user)
 
 
 async def answer_question(

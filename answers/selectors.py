@@ -393,6 +393,18 @@ def answer_final_sources(*, answer: Answer) -> list[RetrievedSource]:
     )
 
 
+def answer_number_map(*, answer: Answer) -> dict[int, int]:
+    """Each cited prompt number of ``answer`` to its final number, as its live ``done`` had
+    it (empty when nothing was cited: the sources were kept as numbered)."""
+    rows = RetrievedSource.objects.filter(
+        question_id=answer.question_id,
+        cited=True,
+        prompt_number__isnull=False,
+        final_number__isnull=False,
+    ).values_list("prompt_number", "final_number")
+    return {prompt: final for prompt, final in rows if prompt is not None and final is not None}
+
+
 def answer_citations(*, answer: Answer) -> list[Citation]:
     """The answer's citations with their support, in text order (ADR 0023)."""
     return list(answer.citations.order_by("sentence", "number"))

@@ -68,3 +68,26 @@ async def test_every_transport_shows_the_same_sources(corpus, member, scripted, 
         assert not any(RESTRICTED_TITLE in page for RESTRICTED_TITLE in RESTRICTED)
     else:
         assert set(titles) & set(RESTRICTED) and all(r["available"] for r in stored["references"])
+
+
+async def test_a_done_from_the_store_keeps_the_live_number_map(corpus, member, scripted):
+    # Cited [2] first: renumbered, so the stream's numbers need the map to find their source.
+    scripted.script = ["Lambdas [2]. ", "Launch plan [1]."]
+    live = await pipeline.answer_question(
+        user=member, question="Nightjar zeppelin launch hangar lambda"
+    )
+    assert isinstance(live, pipeline.DoneEvent)
+    assert live.number_map == {2: 1, 1: 2}
+    answer_id = live.answer.answer_id
+
+    # Answered without a log (the JSON path): every follower gets the stored `done`.
+    auth = {"headers": await sync_to_async(bearer_headers)(member)}
+    sse = await _sse_done(AsyncClient(), answer_id, auth)
+    comm = await connected(scoped_socket(member))
+    await comm.send_json_to({"type": "resume", "answer_id": answer_id, "after": 0})
+    socket_done = (await receive_until_final(comm))[-1]
+    await comm.disconnect()
+    stored = await pipeline.stored_done(answer_id=answer_id, user=member)
+
+    assert stored.number_map == live.number_map
+    assert sse["number_map"] == socket_done["number_map"] == {"2": 1, "1": 2}

@@ -14,9 +14,9 @@ from asgiref.sync import sync_to_async
 from channels.layers import BaseChannelLayer
 from django.utils import timezone
 
-from .. import pipeline, presenters, selectors, services
+from .. import pipeline, selectors, services
 from ..conf import answers_settings
-from ..events import DoneEvent, ErrorEvent, Event, StreamEvent
+from ..events import ErrorEvent, Event, StreamEvent
 from ..models import Answer
 from .control import stream_announce_follower
 from .generation import LocalStream, local_streams
@@ -39,7 +39,7 @@ def _settled_sync(answer_id: int, user: Any) -> Event | None:
                 return None
             return ErrorEvent(ABANDONED_MESSAGE, answer_id=answer_id, code="interrupted")
         # The answer just loaded, not a second lookup.
-        return DoneEvent(answer=presenters.answer_payload(answer=answer, user=user))
+        return pipeline.stored_done_event(answer=answer, user=user)
     finally:
         pipeline.release_connection()  # a follower still waiting holds none
 
@@ -49,9 +49,7 @@ def _withheld_sync(answer: Answer, user: Any) -> StreamEvent | None:
     whatever its status; None when they may read it."""
     if not selectors.answer_is_withheld(answer=answer, user=user):
         return None
-    return StreamEvent(
-        seq=None, event=DoneEvent(answer=presenters.answer_payload(answer=answer, user=user))
-    )
+    return StreamEvent(seq=None, event=pipeline.stored_done_event(answer=answer, user=user))
 
 
 def _follower_check_sync(answer_id: int, user: Any) -> tuple[Answer, StreamEvent | None]:
