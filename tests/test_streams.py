@@ -217,6 +217,49 @@ async def test_an_asker_who_leaves_while_the_stream_starts_leaves_no_answer_stre
     assert stored.status == Answer.Status.FAILED and stored.error
 
 
+async def test_a_follower_never_passes_a_gap_that_the_log_lost_too(
+    corpus, asker, settings, monkeypatch
+):
+    """A follower elsewhere fills what the layer dropped from the log; when the log lost
+    it too (evicted before its time) while the answer goes on, the follower waits for the
+    stored result, which holds everything, instead of passing the gap."""
+    from answers.events import StreamEvent
+    from answers.streams import relay
+
+    settings.ANSWERS = {**settings.ANSWERS, "STREAM_POLL_INTERVAL": 0.05}
+    run = await pipeline.start_answer(user=asker, question="What is a lambda expression?")
+    stream = stream_log.stream_name(run.answer)  # stored as streaming, generated nowhere
+    entries = [StreamEvent(seq=n, event=TokenEvent(f"t{n}")).to_dict() for n in (1, 2, 3)]
+    await stream_log.log_write(stream, entries)
+    await sync_to_async(stream_log.stream_cache().delete)(stream_log.log_key(stream, 1))
+    checks = 0
+    settled = relay._settled
+
+    async def counted(answer_id, user):  # type: ignore[no-untyped-def]
+        nonlocal checks
+        checks += 1
+        return await settled(answer_id, user)
+
+    monkeypatch.setattr(relay, "_settled", counted)
+    received: list[StreamEvent] = []
+
+    async def follow() -> None:
+        async for event in streams.answer_stream_follow(answer_id=run.answer.pk, user=asker):
+            received.append(event)
+
+    following = asyncio.create_task(follow())
+    while not checks:  # subscribed, and the log found partly gone (its first check)
+        await asyncio.sleep(0.01)
+    fourth = StreamEvent(seq=4, event=TokenEvent("t4")).to_dict()
+    await stream_log.layer_publish(stream, [fourth])
+    while checks < 3 and not received:  # the gap met: waiting, or (before) passed
+        await asyncio.sleep(0.01)
+    await run.fail("ended for the test")
+    await asyncio.wait_for(following, timeout=10)
+    assert [event.seq for event in received] == [None]  # only the stored result
+    assert received[0].terminal
+
+
 async def test_only_the_owner_may_resume(corpus, asker, other_asker, slow):
     comm = await connected(asker)
     await comm.send_json_to({"type": "ask", "question": QUESTION})

@@ -70,6 +70,14 @@ async def _settled(answer_id: int, user: Any) -> StreamEvent | None:
     return StreamEvent(seq=None, event=event)
 
 
+async def _settled_in_the_end(answer_id: int, user: Any, *, poll: float) -> StreamEvent:
+    """The stored outcome, waited for: every ``poll`` seconds until the answer is over (an
+    answer whose process died ends as abandoned, so this ends too)."""
+    while (settled := await _settled(answer_id, user)) is None:
+        await asyncio.sleep(poll)
+    return settled
+
+
 async def stored(*, answer_id: int, user: Any) -> AsyncGenerator[StreamEvent, None]:
     settled = await _settled(answer_id, user)
     yield settled or StreamEvent(
@@ -234,10 +242,11 @@ async def _relay(
                     # The layer dropped something (over capacity): the log has it.
                     missed = await log_read(stream, last, event.seq - 1) or []
                     if len(missed) != event.seq - 1 - last:
-                        settled = await _settled(answer_id, user)
-                        if settled is not None:
-                            yield settled
-                            return
+                        # Part of the log is gone too (evicted before its time): never
+                        # pass the gap. The stored result, once the answer is over, holds
+                        # everything the follower missed.
+                        yield await _settled_in_the_end(answer_id, user, poll=poll)
+                        return
                     for earlier in missed:
                         yield earlier
                         last = earlier.seq or last
