@@ -11,7 +11,8 @@ from asgiref.sync import sync_to_async
 from bs4 import BeautifulSoup
 from django.test import AsyncClient
 
-from answers import pipeline
+from answers import pipeline, streams
+from answers.models import Document
 from tests.corpus import RESTRICTED
 from tests.helpers import api_get, bearer_headers
 from tests.sockets import connected, receive_until_final, scoped_socket
@@ -91,3 +92,43 @@ async def test_a_done_from_the_store_keeps_the_live_number_map(corpus, member, s
 
     assert stored.number_map == live.number_map
     assert sse["number_map"] == socket_done["number_map"] == {"2": 1, "1": 2}
+
+
+@pytest.mark.parametrize("change", ["unchanged", "deleted", "withdrawn"])
+async def test_a_done_replayed_from_the_log_shows_the_sources_as_they_stand_now(
+    corpus, member, scripted, change
+):
+    # Streamed, so its log is kept (STREAM_LOG_TTL): a client that comes back within it
+    # gets the rest replayed, and its `done` must not show a deleted document as current.
+    scripted.script = ["Launch plan [1]. ", "Lambdas [3]."]
+    asked = await streams.answer_stream_begin(
+        user=member, question="Nightjar launch plan and lambda expressions", conversation_id=None
+    )
+    live = [event async for event in asked.events]
+    assert isinstance(live[-1].event, pipeline.DoneEvent)
+    answer_id = asked.answer_id
+    cited = live[-1].event.answer.references
+    public = next(r.document_id for r in cited if r.title not in RESTRICTED)
+    if change == "deleted":
+        # Everyone could view it: still shown, from its snapshot, as removed.
+        await Document.objects.filter(pk=public).adelete()
+    elif change == "withdrawn":
+        await sync_to_async(member.groups.clear)()
+
+    replayed = [e async for e in streams.answer_stream_follow(answer_id=answer_id, user=member)]
+    stored = await pipeline.stored_done(answer_id=answer_id, user=member)
+    sse = await _sse_done(
+        AsyncClient(), answer_id, {"headers": await sync_to_async(bearer_headers)(member)}
+    )
+
+    if change == "withdrawn":  # withheld from them now: the notice only, nothing logged
+        assert [e.seq for e in replayed] == [None] and stored.answer.withheld
+    else:
+        assert [e.seq for e in replayed] == [e.seq for e in live]  # replayed from the log
+    assert replayed[-1].event.to_dict() == stored.to_dict()
+    assert sse["references"] == stored.to_dict()["references"]
+    if change == "unchanged":
+        assert replayed[-1].event.to_dict() == live[-1].event.to_dict()
+    elif change == "deleted":
+        gone = next(r for r in stored.answer.references if r.document_id == public)
+        assert gone.source_status == "removed" and gone.url == ""

@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from .. import pipeline, selectors, services
 from ..conf import answers_settings
-from ..events import ErrorEvent, Event, StreamEvent
+from ..events import DoneEvent, ErrorEvent, Event, StreamEvent
 from ..models import Answer
 from .control import stream_announce_follower
 from .generation import LocalStream, local_streams
@@ -76,6 +76,17 @@ async def _settled_in_the_end(answer_id: int, user: Any, *, poll: float) -> Stre
     while (settled := await _settled(answer_id, user)) is None:
         await asyncio.sleep(poll)
     return settled
+
+
+async def _as_shown_now(event: StreamEvent, *, answer_id: int, user: Any) -> StreamEvent:
+    """A logged event replayed to a follower who came late: a ``done`` is read from the
+    store instead, so its Sources show each document as it stands now (removed, changed,
+    or no longer the viewer's), as the JSON answer and the page do; same sequence number."""
+    if not isinstance(event.event, DoneEvent):
+        return event
+    return StreamEvent(
+        seq=event.seq, event=await pipeline.stored_done(answer_id=answer_id, user=user)
+    )
 
 
 async def stored(*, answer_id: int, user: Any) -> AsyncGenerator[StreamEvent, None]:
@@ -165,6 +176,7 @@ async def _rest_of_a_finished(
         return [settled]  # expired meanwhile
     rest = [event for event in logged if event.seq is not None and event.seq > after]
     if rest and rest[-1].terminal:
+        rest[-1] = await _as_shown_now(rest[-1], answer_id=answer_id, user=user)
         return rest
     if not rest and logged and logged[0].seq == after and logged[0].terminal:
         return []  # the client has the `done` already
@@ -208,10 +220,11 @@ async def _relay(
                         yield event
                     return
             for event in replayed or []:
+                if event.terminal:
+                    yield await _as_shown_now(event, answer_id=answer_id, user=user)
+                    return
                 yield event
                 last = event.seq or last
-                if event.terminal:
-                    return
         while True:
             # One receive kept across quiet spells (never cancelled per poll, see
             # _end_receive).
