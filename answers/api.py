@@ -231,8 +231,7 @@ async def create_answer(request: HttpRequest, payload: AskIn) -> Any:
             conversation_id=payload.conversation_id,
         )
         return _event_stream(asked.events)
-    streams.answer_streams_check_accepting()
-    last = await pipeline.answer_question(
+    last = await streams.answer_stream_complete(
         user=request.auth,  # type: ignore[attr-defined]
         question=payload.question,
         conversation_id=payload.conversation_id,

@@ -6,6 +6,7 @@ import json
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -298,3 +299,63 @@ def test_bad_resume_positions_are_refused_as_json(client, auth, query, headers) 
     response = client.get(f"/api/answers/1/events{query}", headers={**SSE, **auth, **headers})
     assert response.status_code == 422
     assert response.headers["content-type"].startswith("application/json")
+
+
+@pytest.fixture
+def slow_client(slow_live_server) -> Iterator[httpx.Client]:  # type: ignore[no-untyped-def]
+    with httpx.Client(base_url=slow_live_server.url, timeout=60.0) as http:
+        yield http
+
+
+def _answer_streaming(user: Any) -> Answer:
+    """The answer ``user``'s JSON ask is generating, once it has begun (waited for)."""
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        answer = Answer.objects.filter(question__user=user, status=Answer.Status.STREAMING).first()
+        if answer is not None:
+            return answer
+        time.sleep(0.02)
+    pytest.fail("the answer never began")
+
+
+def test_a_json_answer_can_be_followed_and_stopped_while_it_is_generated(
+    slow_client, auth, asker
+) -> None:  # type: ignore[no-untyped-def]
+    # A service waits for the whole JSON answer; meanwhile its owner may watch it stream
+    # and stop it from anywhere, as for a streamed one (not a 202 that stops nothing).
+    with ThreadPoolExecutor(1) as pool:
+        asked = pool.submit(
+            slow_client.post, "/api/answers", json={"question": QUESTION}, headers=auth
+        )
+        answer_id = _answer_streaming(asker).pk
+        with slow_client.stream(
+            "GET", f"/api/answers/{answer_id}/events", headers={**SSE, **auth}
+        ) as follow:
+            assert follow.status_code == 200
+            events = iter_events(follow)
+            assert next(events).event == "references"
+            stopped = slow_client.post(f"/api/answers/{answer_id}/stop", headers=auth)
+            assert stopped.status_code == 202, stopped.text
+            followed = list(events)
+        response = asked.result(timeout=30)
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["status"] == "interrupted"
+    last = followed[-1]
+    assert (last.event, last.data["status"], last.data["text"]) == ("done", *_status_text(body))
+    stored = Answer.objects.get(pk=answer_id)
+    assert (stored.status, stored.error) == (Answer.Status.INTERRUPTED, "stopped by the client")
+
+
+def _status_text(body: dict[str, Any]) -> tuple[str, str]:
+    return body["status"], body["text"]
+
+
+def test_a_json_answer_goes_on_when_its_asker_leaves(slow_live_server, auth, asker) -> None:  # type: ignore[no-untyped-def]
+    with (
+        httpx.Client(base_url=slow_live_server.url, timeout=1.0) as impatient,
+        pytest.raises(httpx.ReadTimeout),
+    ):
+        impatient.post("/api/answers", json={"question": QUESTION}, headers=auth)
+    answer_id = _answer_streaming(asker).pk
+    assert _wait_for_status(answer_id) == Answer.Status.COMPLETE

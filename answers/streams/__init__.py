@@ -26,11 +26,12 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncGenerator
+from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any
 
 from .. import pipeline
-from ..events import StreamEvent
+from ..events import DoneEvent, ErrorEvent, StreamEvent
 from .generation import (
     answer_stream_start,
     answer_stream_stop,
@@ -70,6 +71,7 @@ __all__ = [
     "StreamUnavailable",
     "answer_stream_ask",
     "answer_stream_begin",
+    "answer_stream_complete",
     "answer_stream_follow",
     "answer_stream_start",
     "answer_stream_stop",
@@ -111,3 +113,20 @@ async def answer_stream_ask(*, run: pipeline.AnswerRun) -> AsyncGenerator[Stream
     if local is None:  # already over (it cannot be, but the stored result would do)
         return stored(answer_id=run.answer.pk, user=run.user)
     return follow_here(local, answer_id=run.answer.pk, user=run.user, after=0)
+
+
+async def answer_stream_complete(
+    *, user: Any, question: object, conversation_id: uuid.UUID | None
+) -> DoneEvent | ErrorEvent:
+    """Ask as ``answer_stream_begin`` does and wait for the answer's last word (the JSON
+    path). Generated like every streamed answer, so it counts towards
+    ``MAX_PROCESS_STREAMS``, is let finish when the process shuts down, can be followed
+    and stopped from anywhere meanwhile, and goes on if the asker leaves."""
+    asked = await answer_stream_begin(user=user, question=question, conversation_id=conversation_id)
+    last: DoneEvent | ErrorEvent | None = None
+    async with aclosing(asked.events) as events:
+        async for item in events:
+            if isinstance(item.event, DoneEvent | ErrorEvent):
+                last = item.event
+    assert last is not None  # every stream ends with one
+    return last

@@ -204,7 +204,7 @@ async def _relay(
         if replay:
             replayed = await log_read(stream, last, None)
             if replayed is None:
-                # No log: finished long ago (expired), or generated without one (JSON API).
+                # No log: finished long ago (expired), or never begun here.
                 settled = await _settled(answer_id, user)
                 if settled is not None:
                     yield settled
