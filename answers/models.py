@@ -136,6 +136,9 @@ class Question(models.Model):
     rerank_error = models.CharField(
         max_length=500, blank=True, help_text="Why the reranker's order was not used."
     )
+    # The earlier turns this question's prompt (and rewrite) held as history, and theirs in
+    # turn: whatever its answer may echo. It is withheld when one of them is (access.md).
+    context = models.ManyToManyField("self", symmetrical=False, related_name="+", blank=True)
 
     class Meta:
         ordering = ["conversation_id", "turn"]

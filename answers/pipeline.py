@@ -348,6 +348,8 @@ class _Context:
 
     conversation: Conversation | None
     history: list[PriorTurn]
+    # The questions of ``history``: the new question's context (what its answer may echo).
+    history_ids: list[int] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -375,8 +377,8 @@ def _context(*, user: User, conversation_id: uuid.UUID | None) -> _Context:
     except selectors.NotFound:
         raise ConversationNotFound("conversation not found") from None
     # Only turns the asker may still read: a withheld answer never enters a prompt again.
-    history = selectors.conversation_history(conversation=conversation, user=user)
-    return _Context(conversation=conversation, history=history)
+    history, history_ids = selectors.conversation_history(conversation=conversation, user=user)
+    return _Context(conversation=conversation, history=history, history_ids=history_ids)
 
 
 async def _standalone(
@@ -427,6 +429,7 @@ def _prepare(
             rewrite_ms=rewrite.ms,
             rewrite_error=rewrite.error,
             rerank_error=retrieval.rerank_error,
+            context_ids=context.history_ids,
         )
     except services.LimitExceeded as exc:  # the check that holds (the one above may race)
         raise TooManyRequests(str(exc), retry_after=exc.retry_after) from None

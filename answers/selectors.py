@@ -282,9 +282,12 @@ def conversation_get_for_user(*, conversation_id: uuid.UUID, user: AnyUser) -> C
     return conversation
 
 
-def conversation_history(*, conversation: Conversation, user: AnyUser) -> list[PriorTurn]:
-    """The last ``HISTORY_TURNS`` turns ``user`` may still read, oldest first: a turn whose
-    answer is withheld from them (``answer_withheld_q``) is left out whole."""
+def conversation_history(
+    *, conversation: Conversation, user: AnyUser
+) -> tuple[list[PriorTurn], list[int]]:
+    """The last ``HISTORY_TURNS`` turns ``user`` may still read, oldest first, and their
+    questions' ids (the new question's ``context``): a turn whose answer is withheld from
+    them (``answer_withheld_q``) is left out whole."""
     limit = int(answers_settings.HISTORY_TURNS)
     chars = int(answers_settings.HISTORY_ANSWER_CHARS)
     questions = (
@@ -293,12 +296,15 @@ def conversation_history(*, conversation: Conversation, user: AnyUser) -> list[P
         .select_related("answer")
         .order_by("-turn")[: max(limit, 1)]
     )
-    turns = []
+    turns, ids = [], []
     for question in questions:
         answer = getattr(question, "answer", None)
         text = (answer.final_text or answer.raw_text) if answer else ""
         turns.append(PriorTurn(question=question.text, answer=text[:chars]))
-    return list(reversed(turns))[-limit:] if limit else []
+        ids.append(question.pk)
+    if not limit:
+        return [], []
+    return list(reversed(turns))[-limit:], list(reversed(ids))[-limit:]
 
 
 def _answers_base() -> QuerySet[Answer]:
@@ -356,12 +362,18 @@ WITHHELD_MESSAGE = "This answer is withheld: it draws on a source you can no lon
 def _hidden_prompt_sources(
     *, user: AnyUser, question_id: int | OuterRef
 ) -> QuerySet[RetrievedSource]:
-    """The sources given to the model for ``question_id`` that ``user`` may not view now.
+    """The sources given to the model for ``question_id``, or for a turn of its ``context``
+    (the history its prompt held, whose answers it may echo), that ``user`` may not view
+    now.
 
     Every source in the prompt counts, not only the cited ones: the text may quote a
     source it does not cite."""
+    # One level further out inside the context's subquery.
+    outer = OuterRef(question_id) if isinstance(question_id, OuterRef) else question_id
+    context = Question.context.through.objects.filter(from_question_id=outer)
     hidden = RetrievedSource.objects.filter(
-        question_id=question_id, prompt_number__isnull=False
+        Q(question_id=question_id) | Q(question_id__in=context.values("to_question_id")),
+        prompt_number__isnull=False,
     ).exclude(document__in=document_list_visible(user=user).values("pk"))
     # A removed document can be viewed by no one now; its snapshot stays shown only if
     # everyone could view the document when the answer was written (ADR 0022).

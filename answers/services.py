@@ -217,8 +217,10 @@ def question_create(
     rewrite_ms: int | None = None,
     rewrite_error: str = "",
     rerank_error: str = "",
+    context_ids: Sequence[int] = (),
 ) -> CreatedQuestion:
-    """Store the question, its streaming answer and every candidate with its fate.
+    """Store the question, its streaming answer and every candidate with its fate;
+    ``context_ids``: the earlier turns its prompt holds as history (``Question.context``).
 
     The per-user limits are checked again here, in the same transaction and under the
     asker's lock, so checking and claiming a slot is one step: parallel asks cannot all
@@ -262,6 +264,8 @@ def question_create(
                     retrieval_ms=retrieval_ms,
                 )
                 _retrieved_sources_insert(question_id=question.pk, candidates=candidates)
+                if context_ids:
+                    _question_context_insert(question_id=question.pk, context_ids=context_ids)
             return CreatedQuestion(conversation=current, question=question, answer=answer)
         except IntegrityError:
             # The atomic block has rolled back (to its savepoint inside an outer transaction),
@@ -294,6 +298,17 @@ def _retrieved_sources_insert(*, question_id: int, candidates: Sequence[Candidat
             "prompt_number": lambda c: c.prompt_number,
             "dropped_reason": lambda c: c.dropped_reason,
         },
+    )
+
+
+def _question_context_insert(*, question_id: int, context_ids: Sequence[int]) -> None:
+    """The turns in the question's history and, transitively, theirs: each answer given
+    them may echo its own history (stored whole, so a read checks one level)."""
+    through = Question.context.through
+    earlier = through.objects.filter(from_question_id__in=context_ids)
+    linked = set(context_ids) | set(earlier.values_list("to_question_id", flat=True))
+    through.objects.bulk_create(
+        through(from_question_id=question_id, to_question_id=pk) for pk in sorted(linked)
     )
 
 

@@ -87,3 +87,25 @@ def test_migration_0018_fills_each_conversations_last_activity(asker) -> None:  
     migration.fill_last_at(apps, None)
     assert Conversation.objects.get(pk=conversation.pk).last_at == latest
     assert Conversation.objects.get(pk=empty.pk).last_at is None
+
+
+def test_migration_0019_links_each_follow_up_to_every_earlier_turn(asker) -> None:  # type: ignore[no-untyped-def]
+    # What an older follow-up's prompt held is not known: the most it can have held.
+    import importlib
+    from types import SimpleNamespace
+
+    from django.apps import apps
+
+    from answers.models import Conversation, Question
+
+    conversation, other = (Conversation.objects.create(owner=asker) for _ in range(2))
+    turns = [
+        Question.objects.create(conversation=conversation, turn=turn, text="q", user=asker)
+        for turn in (1, 2, 3)
+    ]
+    alone = Question.objects.create(conversation=other, turn=1, text="q", user=asker)
+    migration = importlib.import_module("answers.migrations.0019_question_context")
+    migration.link_earlier_turns(apps, SimpleNamespace(connection=connection))
+    context = {q.pk: {c.pk for c in q.context.all()} for q in [*turns, alone]}
+    first, second, third = (q.pk for q in turns)
+    assert context == {first: set(), second: {first}, third: {first, second}, alone.pk: set()}

@@ -16,8 +16,8 @@ from django.contrib.auth.models import Group
 from django.core.cache import cache
 
 from answers import pipeline
-from answers.models import Answer
-from tests.helpers import ask, bearer_headers
+from answers.models import Answer, Document, RetrievedSource
+from tests.helpers import ask, bearer_headers, staff_reviewer
 from tests.llm_server import serving
 from tests.sockets import receive_until_final, scoped_socket
 from tests.test_sse import SSE, iter_events
@@ -155,3 +155,76 @@ def test_a_withheld_answer_never_enters_a_prompt_again(member, fake_llm):  # typ
     # The withheld turns leave the history whole, questions included.
     assert QUESTION not in prompt and follow_up not in prompt
     assert Answer.objects.filter(question__conversation_id=conversation).count() == 3
+
+
+# --- a follow-up written while an earlier turn was readable ------------------------------
+# Its prompt held that turn (question and answer) as history, so its text (and the
+# rewrite it was searched with) may echo a source it never cited or was given: it depends
+# on that source as much as the earlier answer does.
+
+ECHO = "Unlike hangar nine, a lambda is a small anonymous function [1]."
+
+
+def _turns_before_and_after_leaving(member: Any, llm: Any) -> tuple[int, int, str]:
+    """Two turns while in vault (the second's sources all open to everyone), then the
+    member leaves vault: the first answer's id, the second's, and the conversation."""
+    llm.behaviours = [
+        {"kind": "ok", "deltas": ["The Nightjar zeppelin launches from ", "hangar nine [1]."]},
+        {"kind": "ok", "deltas": ["What is a lambda expression in Python?"]},  # the rewrite
+        {"kind": "ok", "deltas": [ECHO]},
+        {"kind": "ok", "deltas": ["What does the def statement do in Python?"]},
+        {"kind": "ok", "deltas": ["A def statement defines a function [1]."]},
+    ]
+    first = ask(user=member, question=QUESTION)
+    assert isinstance(first, pipeline.DoneEvent) and SECRET in first.answer.text
+    conversation = first.answer.conversation_id
+    second = ask(user=member, question="And what is a lambda?", conversation_id=conversation)
+    assert isinstance(second, pipeline.DoneEvent) and SECRET in second.answer.text
+    # Not vacuous: the follow-up was written from no vault source, only with the history.
+    given = RetrievedSource.objects.filter(
+        question__answer=second.answer.answer_id, prompt_number__isnull=False
+    )
+    assert given.exists()
+    assert not given.exclude(document__access=Document.Access.EVERYONE).exists()
+    assert SECRET in _prompt_text(llm.requests[2])
+    return first.answer.answer_id, second.answer.answer_id, conversation
+
+
+@pytest.fixture
+def rewriting_llm(settings):  # type: ignore[no-untyped-def]
+    with serving(settings, REWRITE_FOLLOWUPS=True, REWRITE_TIMEOUT=5.0) as server:
+        yield server
+
+
+@pytest.mark.django_db
+def test_a_follow_up_written_with_a_revoked_turn_is_withheld_too(client, member, rewriting_llm):  # type: ignore[no-untyped-def]
+    _, second_id, conversation = _turns_before_and_after_leaving(member, rewriting_llm)
+    _leave_vault(member)
+
+    response = client.get(f"/api/answers/{second_id}", headers=bearer_headers(member, name="t"))
+    assert response.status_code == 200
+    body = response.json()
+    assert SECRET not in json.dumps(body)
+    assert body["withheld"] is True and body["text"] == WITHHELD_MESSAGE
+
+    # Nor does it carry the revoked turn into the next prompt or rewrite.
+    third = ask(user=member, question="And def?", conversation_id=conversation)
+    for request in rewriting_llm.requests[3:]:
+        assert SECRET not in _prompt_text(request)
+    # Written without either, the next turn is theirs to read.
+    response = client.get(
+        f"/api/answers/{third.answer.answer_id}", headers=bearer_headers(member, name="u")
+    )
+    assert response.json()["withheld"] is False
+
+
+@pytest.mark.django_db
+def test_a_reviewer_outside_vault_sees_no_follow_up_echoing_it(client, member, rewriting_llm):  # type: ignore[no-untyped-def]
+    first_id, second_id, _ = _turns_before_and_after_leaving(member, rewriting_llm)
+    client.force_login(staff_reviewer("outsider"))
+    changelist = client.get("/admin/answers/answer/", {"q": "hangar"}).content.decode()
+    assert SECRET not in changelist
+    assert f"/admin/answers/answer/{second_id}/change/" not in changelist  # found by "hangar"
+    for answer_id in (first_id, second_id):
+        page = client.get(f"/admin/answers/answer/{answer_id}/change/", follow=True)
+        assert SECRET not in page.content.decode(), answer_id
