@@ -21,6 +21,14 @@ def sqlite_parameter_limit(*, connection: Any, **kwargs: Any) -> None:
     connection.features.max_query_params = min(limit, SQLITE_PARAMETERS)
 
 
+def document_pre_delete(*, instance: Any, **kwargs: Any) -> None:
+    """``pre_delete`` receiver for documents, however they are deleted (the admin, its
+    bulk action, a shell): the access they have now is the last word on their snapshots."""
+    from .services import document_snapshots_close
+
+    document_snapshots_close(document=instance)
+
+
 class AnswersConfig(AppConfig):
     name = "answers"
     verbose_name = "Cited answers"
@@ -28,6 +36,7 @@ class AnswersConfig(AppConfig):
 
     def ready(self) -> None:
         from django.db.backends.signals import connection_created
+        from django.db.models.signals import pre_delete
 
         from . import checks, conf, registry  # noqa: F401  (registers the check and signals)
         from .search.stemming import register_sqlite_function
@@ -35,3 +44,6 @@ class AnswersConfig(AppConfig):
         # The FTS5 index triggers stem in Python (ADR 0013): every connection needs it.
         connection_created.connect(register_sqlite_function, dispatch_uid="answers_stem")
         connection_created.connect(sqlite_parameter_limit, dispatch_uid="answers_parameters")
+        pre_delete.connect(
+            document_pre_delete, sender=self.get_model("Document"), dispatch_uid="answers_snapshots"
+        )

@@ -821,6 +821,17 @@ def document_save(*, document: Document, chunk_size: int) -> Document:
     return document
 
 
+def document_snapshots_close(*, document: Document) -> None:
+    """Before ``document`` is deleted: if it is restricted now, no answer may show its
+    snapshot once it is gone. A deleted document's passages stay readable only where
+    everyone could view it (ADR 0022); one restricted since its answers were written must
+    not come back through them by being deleted, so they forget it was ever open."""
+    if document.access != Document.Access.EVERYONE:
+        RetrievedSource.objects.filter(document_id=document.pk, document_public=True).update(
+            document_public=False
+        )
+
+
 def _document_replace_chunks(*, document: Document, spans: Sequence[ChunkSpan]) -> None:
     # The caller has saved document.chunk_count = len(spans) with the document.
     Chunk.objects.filter(document=document).delete()

@@ -17,6 +17,7 @@ from django.core.cache import cache
 
 from answers import pipeline
 from answers.models import Answer, Document, RetrievedSource
+from tests.corpus import ingest_text
 from tests.helpers import ask, bearer_headers, staff_reviewer
 from tests.llm_server import serving
 from tests.sockets import receive_until_final, scoped_socket
@@ -28,6 +29,7 @@ SECRET = "hangar nine"
 VAULT_TITLES = ("Project Nightjar launch plan", "Nightjar zeppelin hangar safety")
 # answers.selectors.WITHHELD_MESSAGE (spelled out: the test must also run without the fix).
 WITHHELD_MESSAGE = "This answer is withheld: it draws on a source you can no longer access."
+KESTREL = "Project Kestrel is stored in silo seven. The Kestrel silo is guarded at night."
 
 
 def _leave_vault(user: Any) -> None:
@@ -228,3 +230,34 @@ def test_a_reviewer_outside_vault_sees_no_follow_up_echoing_it(client, member, r
     for answer_id in (first_id, second_id):
         page = client.get(f"/admin/answers/answer/{answer_id}/change/", follow=True)
         assert SECRET not in page.content.decode(), answer_id
+
+
+# --- a document restricted, then deleted -------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_deleting_a_restricted_document_never_shows_an_answer_written_from_it(
+    client, asker, scripted
+):  # type: ignore[no-untyped-def]
+    # Open to everyone when the answer was written, restricted since, then deleted: the
+    # restriction was the last word on who may read it, and deleting it widens nothing.
+    document = ingest_text("kestrel:memo", "Project Kestrel memo", KESTREL).document
+    scripted.script = ["Kestrel is kept in ", "silo seven [1]."]
+    done = ask(user=asker, question="Where is Project Kestrel kept?")
+    assert isinstance(done, pipeline.DoneEvent) and "silo seven" in done.answer.text
+    assert document.pk in {r.document_id for r in done.answer.references}  # not vacuous
+    answer_id = done.answer.answer_id
+    headers = bearer_headers(asker, name="t")
+
+    document.access = Document.Access.GROUPS
+    document.save(update_fields=["access"])
+    document.groups.set([Group.objects.get_or_create(name="vault")[0]])
+    assert client.get(f"/api/answers/{answer_id}", headers=headers).json()["withheld"] is True
+
+    Document.objects.filter(pk=document.pk).delete()
+    body = client.get(f"/api/answers/{answer_id}", headers=headers).json()
+    assert body["withheld"] is True
+    assert "silo seven" not in json.dumps(body) and "Kestrel memo" not in json.dumps(body)
+    client.force_login(staff_reviewer("outsider"))
+    page = client.get(f"/admin/answers/answer/{answer_id}/change/", follow=True)
+    assert "silo seven" not in page.content.decode()
