@@ -279,3 +279,22 @@ def test_a_documents_reference_numbers_never_show_as_bracketed_numbers():
         # the one sentence it cites.
         assert re.findall(r"\[\d+\]", shown) == ["[1]"] * len(_claims(text)), shown
         assert all(s.count(". ") == 0 for s, _ in _claims(text)), text
+
+
+def test_an_opening_that_says_it_opens_with_the_sentence_that_names_it():
+    passage = (
+        "`continue` may only occur syntactically nested in a `for` or `while` loop, but\n"
+        "not nested in a function or class definition within that loop.  It continues\n"
+        "with the next cycle of the nearest enclosing loop.\n\nWhen `continue` passes control "
+        "out of a `try` statement with a `finally` clause, that `finally` clause is executed."
+    )
+    text = _answer("How do I jump to the next cycle of a loop?", passage)
+    sentences = [sentence for sentence, _ in _claims(text)]
+    assert sentences[:2] == [
+        "continue may only occur syntactically nested in a for or while loop, but not nested "
+        "in a function or class definition within that loop.",
+        "It continues with the next cycle of the nearest enclosing loop.",
+    ]
+    assert len(sentences) == len(set(sentences)) <= 3
+    text = _answer("What statement is a placeholder when syntax requires one?", PASS)
+    assert text.startswith("`pass` is a null operation — when it is executed, nothing happens. [1]")

@@ -123,6 +123,9 @@ _KINDS: dict[str, tuple[re.Pattern[str], re.Pattern[str]]] = {
     ),
 }
 _KIND_BONUS = 0.5
+# An opening that leans on the sentence before it ("It continues with the next cycle of the
+# nearest enclosing loop."): that sentence, which names what "it" is, is quoted first.
+_LEANS_BACK = re.compile(r"^(?:It|This|They|These|Its|Their)\b(?! is \S+(?: \S+)? (?:to|that)\b)")
 _ANNOUNCES = 0.5
 # Below this share of the question's words in the best sentence, the sources only touch
 # on the question, and the answer says so first.
@@ -360,8 +363,10 @@ class ExtractiveProvider:
         subject = {term for term in terms if term not in FUNCTION_WORDS} or terms
         kind = _kind_of(prompt.question)
         candidates: list[_Candidate] = []
+        sentences_of: dict[int, list[str]] = {}
         for source in prompt.sources:
-            for position, sentence in enumerate(self._sentences(source.passages)):
+            sentences_of[source.number] = self._sentences(source.passages)
+            for position, sentence in enumerate(sentences_of[source.number]):
                 whole = _quotable(sentence)
                 if whole is None:
                     continue
@@ -393,13 +398,33 @@ class ExtractiveProvider:
             )
             candidates.append(_Candidate(0.0, first.number, 0, _truncate(opening), 0.0))
             hedge = True
-        chosen = self._choose(candidates, int(answers_settings.EXTRACTIVE_SENTENCES))
+        count = int(answers_settings.EXTRACTIVE_SENTENCES)
+        chosen = self._choose(candidates, count)
+        if chosen and not hedge and _LEANS_BACK.match(chosen[0].sentence):
+            chosen = self._with_antecedent(chosen, sentences_of[chosen[0].number], count)
         quoted = [(inline_markdown(c.sentence), c.number) for c in chosen]
         answer = " ".join(f"{text} [{number}]" for text, number in quoted if text)
         if chosen and (hedge or chosen[0].coverage < _TOUCHES_ON) and len(subject) > 1:
             # Said in a paragraph of its own, so no cited claim carries these words.
             return f"{TOUCHES_ON}\n\n{answer}"
         return answer
+
+    @staticmethod
+    def _with_antecedent(
+        chosen: list[_Candidate], sentences: list[str], count: int
+    ) -> list[_Candidate]:
+        opening = chosen[0]
+        before = _quotable(sentences[opening.position - 1]) if opening.position else None
+        if before is None:
+            return chosen
+        # Both from the opening's source, each with its marker; it may already be chosen.
+        antecedent = _Candidate(
+            opening.score, opening.number, opening.position - 1, _truncate(before), opening.coverage
+        )
+        rest = [
+            c for c in chosen if (c.number, c.sentence) != (opening.number, antecedent.sentence)
+        ]
+        return [antecedent, *rest][: max(count, 2)]
 
     @staticmethod
     def _choose(candidates: list[_Candidate], count: int) -> list[_Candidate]:
