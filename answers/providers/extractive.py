@@ -29,15 +29,25 @@ from ..rendering import visible_text
 from ..search.base import query_terms
 from ..support import FUNCTION_WORDS
 
-# Sentence ends, paragraph breaks and list items (each item is a sentence of its own).
+# A document's own reference number, neutralized by the prompt (``[\u20604]``): a footnote
+# where it ends a sentence or a clause, or labels one, and means nothing in an answer.
+_OPENERS = "\\[\uff3b\u3010"
+_NEUTRALIZED = re.compile(rf"[{_OPENERS}]{MARKER_BREAK}[^\]\uff3d\u3011\n]*[\]\uff3d\u3011]")
+# Sentence ends (after a closing quote, bracket or emphasis too, and with a footnote number
+# that follows dropped), paragraph breaks and list items (each item a sentence of its own).
 _SENTENCE_END = re.compile(
-    r"(?<=[.!?])\s+(?=[A-Z0-9\"'(`*])|\n\s*\n|\n(?=[ \t]*(?:[-*+]|\d{1,9}[.)])[ \t])"
+    r"(?:(?<=[.!?])|(?<=[.!?][)\"'\u201d\u2019*])|(?<=[.!?][)\"'\u201d\u2019*]{2}))"
+    rf"(?:\s+{_NEUTRALIZED.pattern})?\s+(?=[A-Z0-9\"'\u201c\u2018(`*])"
+    r"|\n\s*\n|\n(?=[ \t]*(?:[-*+]|\d{1,9}[.)])[ \t])"
 )
+# A word wrapped at its hyphen ("pseudo-" / "compiled"): one word again.
+_WRAPPED_HYPHEN = re.compile(r"(?<=[^\W\d_]-)\n[ \t]*(?=[^\W\d_])")
 _WHITESPACE = re.compile(r"\s+")
 _DELTA = re.compile(r"\S+\s*|\s+")
 _MIN_SENTENCE, _MAX_SENTENCE = 25, 420
-# reST underlines, table borders and rows, rules: structure, not sentences.
-_NOT_PROSE_LINE = re.compile(r"(?m)^\s*(?:[*=\-~^#+_.:|]{3,}|[|+].*)\s*$")
+# reST underlines, table borders and rows, rules: structure, not sentences. (A line that
+# starts with "+" but is no border, "+= f(x)` first ...", is a wrapped sentence.)
+_NOT_PROSE_LINE = re.compile(r"(?m)^\s*(?:[*=\-~^#+_.:|]{3,}|\|.*)\s*$")
 # Markdown headings (ingest writes every format's titles so, ADR 0026): never a sentence.
 _HEADING_LINE = re.compile(r"(?m)^ {0,3}#{1,6}(?:[ \t].*)?$")
 _FENCE_LINE = re.compile(r"(?m)^ {0,3}(`{3,}|~{3,})(.*)$")
@@ -48,12 +58,32 @@ _NOT_A_SENTENCE = re.compile(
     r"::=|^(?:>>>|\.\.\.)\s|\s{2,}\|\s|\+[-=]{3,}|^(?:def|class)\s+\w+.*:|^@\w|\s#\s"
 )
 _PER_SOURCE_RANK = 1.0
-# A document's own reference number, neutralized by the prompt (``[\u20604]``): a footnote
-# where it ends a sentence or a clause, or labels one, and means nothing in an answer.
-_OPENERS = "\\[\uff3b\u3010"
-_NEUTRALIZED = re.compile(rf"[{_OPENERS}]{MARKER_BREAK}[^\]\uff3d\u3011\n]*[\]\uff3d\u3011]")
+# A lone number after a space mid-clause ("the cased characters [4] converted") is one
+# too: shown, a reader takes it for a citation.
 _FOOTNOTE = re.compile(
     rf"(?:^|\s+){_NEUTRALIZED.pattern}(?=$|[\s.,;:)])(?!\s+[a-z])|^{_NEUTRALIZED.pattern}\s*"
+    rf"|(?<=\s)[{_OPENERS}]{MARKER_BREAK}\d{{1,4}}[\]\uff3d\u3011]\s+(?=[a-z])"
+)
+# A quoted sentence must read as one: it ends as a sentence does (not where a chunk was cut,
+# not a list item's fragment, not announcing with ":" a block the answer does not show)
+# and does not start in the middle of one.
+_WHOLE_END = re.compile(r"[.!?][)\"'\u201d\u2019*]{0,3}$")
+_LIST_ITEM = re.compile(r"^(?:[-*+]|\d{1,9}[.)])\s+")
+# A sentence that ends with ":" announces a block the answer does not show. It is quoted as
+# a statement ("The `if` statement is used for conditional execution.") unless it only
+# points at the block ("as follows", "the following", "is:") or is a bare condition.
+_POINTS_AT_BLOCK = re.compile(
+    r"\b(?:follow\w*|below|above|these|example\w*|one of|this way|as shown)\b"
+    r"|\b(?:is|are|was|be|to|as|by|of|with|from|in|into|on|that|than|and|or|the|an?|"
+    r"use|insert|means|like|namely|includes?|including)\W*$"
+    r"|^(?:[-*+]\s+)?(?:if|when|unless|whether|where|while|for each|for every)\b[^,;]*$",
+    re.I,
+)
+# "...; hence," or "..., for example:" before the block: the statement ends before it.
+_BEFORE_BLOCK = re.compile(
+    r"(?:[,;]?\s+(?:for example|for instance|e\.g\.|hence|thus|therefore))?\s*:$"
+    r"|[,;]\s+(?:for example|for instance|e\.g\.|hence|thus|therefore),$",
+    re.I,
 )
 
 
@@ -93,6 +123,9 @@ _KINDS: dict[str, tuple[re.Pattern[str], re.Pattern[str]]] = {
     ),
 }
 _KIND_BONUS = 0.5
+# An opening that leans on the sentence before it ("It continues with the next cycle of the
+# nearest enclosing loop."): that sentence, which names what "it" is, is quoted first.
+_LEANS_BACK = re.compile(r"^(?:It|This|They|These|Its|Their)\b(?! is \S+(?: \S+)? (?:to|that)\b)")
 _ANNOUNCES = 0.5
 # Below this share of the question's words in the best sentence, the sources only touch
 # on the question, and the answer says so first.
@@ -114,6 +147,30 @@ def _is_prose(sentence: str) -> bool:
     if _NOT_A_SENTENCE.search(plain):
         return False
     return len(_LETTER.findall(plain)) >= 0.6 * len(plain.replace(" ", ""))
+
+
+def _as_statement(sentence: str) -> str | None:
+    announced = _BEFORE_BLOCK.search(sentence)
+    if announced is None:
+        return sentence
+    statement = sentence[: announced.start()].rstrip()
+    if _POINTS_AT_BLOCK.search(statement.replace("`", "")):
+        return None
+    return statement if statement.endswith((".", "!", "?")) else statement + "."
+
+
+def _is_whole(sentence: str) -> bool:
+    sentence = _LIST_ITEM.sub("", _FOOTNOTE.sub("", sentence).strip())
+    return bool(sentence) and not sentence[0].islower() and bool(_WHOLE_END.search(sentence))
+
+
+def _quotable(sentence: str) -> str | None:
+    """``sentence`` as an answer quotes it (a statement for one that announced a block), or
+    None if it is no whole sentence of prose."""
+    if not _is_prose(sentence):
+        return None
+    statement = _as_statement(sentence)
+    return statement if statement is not None and _is_whole(statement) else None
 
 
 def _without_code_blocks(text: str) -> str:
@@ -297,6 +354,7 @@ class ExtractiveProvider:
     def _sentences(passages: tuple[str, ...]) -> list[str]:
         text = "\n\n".join(_without_code_blocks(p) for p in passages)
         text = _NOT_PROSE_LINE.sub("\n", _HEADING_LINE.sub("\n", text))
+        text = _WRAPPED_HYPHEN.sub("", text)
         return [_WHITESPACE.sub(" ", raw).strip() for raw in _SENTENCE_END.split(text)]
 
     def compose(self, prompt: Prompt) -> str:
@@ -305,10 +363,14 @@ class ExtractiveProvider:
         subject = {term for term in terms if term not in FUNCTION_WORDS} or terms
         kind = _kind_of(prompt.question)
         candidates: list[_Candidate] = []
+        sentences_of: dict[int, list[str]] = {}
         for source in prompt.sources:
-            for position, sentence in enumerate(self._sentences(source.passages)):
-                if not _is_prose(sentence):
+            sentences_of[source.number] = self._sentences(source.passages)
+            for position, sentence in enumerate(sentences_of[source.number]):
+                whole = _quotable(sentence)
+                if whole is None:
                     continue
+                announces, sentence = whole != sentence, whole
                 sentence = _truncate(sentence)
                 words = {_stem(word) for word in query_terms(sentence)}
                 matched = len(terms & words)
@@ -320,7 +382,7 @@ class ExtractiveProvider:
                     score -= (source.number - 1) * _PER_SOURCE_RANK
                     if kind is not None and kind.search(sentence.replace("`", "")):
                         score += _KIND_BONUS
-                    if sentence.endswith(":"):  # announces a block it does not quote
+                    if announces:  # what it announced is not quoted
                         score -= _ANNOUNCES
                     coverage = len(subject & words) / len(subject)
                     candidates.append(
@@ -331,17 +393,38 @@ class ExtractiveProvider:
             first = prompt.sources[0]
             sentences = self._sentences(first.passages)
             opening = next(
-                (s for s in sentences if _is_prose(s)), sentences[0] if sentences else ""
+                (whole for s in sentences if (whole := _quotable(s)) is not None),
+                next((s for s in sentences if _is_prose(s)), sentences[0] if sentences else ""),
             )
             candidates.append(_Candidate(0.0, first.number, 0, _truncate(opening), 0.0))
             hedge = True
-        chosen = self._choose(candidates, int(answers_settings.EXTRACTIVE_SENTENCES))
+        count = int(answers_settings.EXTRACTIVE_SENTENCES)
+        chosen = self._choose(candidates, count)
+        if chosen and not hedge and _LEANS_BACK.match(chosen[0].sentence):
+            chosen = self._with_antecedent(chosen, sentences_of[chosen[0].number], count)
         quoted = [(inline_markdown(c.sentence), c.number) for c in chosen]
         answer = " ".join(f"{text} [{number}]" for text, number in quoted if text)
         if chosen and (hedge or chosen[0].coverage < _TOUCHES_ON) and len(subject) > 1:
             # Said in a paragraph of its own, so no cited claim carries these words.
             return f"{TOUCHES_ON}\n\n{answer}"
         return answer
+
+    @staticmethod
+    def _with_antecedent(
+        chosen: list[_Candidate], sentences: list[str], count: int
+    ) -> list[_Candidate]:
+        opening = chosen[0]
+        before = _quotable(sentences[opening.position - 1]) if opening.position else None
+        if before is None:
+            return chosen
+        # Both from the opening's source, each with its marker; it may already be chosen.
+        antecedent = _Candidate(
+            opening.score, opening.number, opening.position - 1, _truncate(before), opening.coverage
+        )
+        rest = [
+            c for c in chosen if (c.number, c.sentence) != (opening.number, antecedent.sentence)
+        ]
+        return [antecedent, *rest][: max(count, 2)]
 
     @staticmethod
     def _choose(candidates: list[_Candidate], count: int) -> list[_Candidate]:
