@@ -509,6 +509,20 @@ def _prompt_sources_update(
         f"SELECT {column('id', Passage)} FROM {quote(Passage._meta.db_table)} "  # noqa: S608 (names quoted)
         f"WHERE {column('digest', Passage)} = "
     )
+    # Public as retrieval read it and still now, when the answer is written: a document
+    # restricted meanwhile, or deleted (its access at deletion unknown here, so never
+    # widened, ``document_snapshots_close``), is not.
+    documents = quote(Document._meta.db_table)
+
+    def public_then() -> str:
+        public = case(rank, [(c.rank, c.document_public) for c in members], False)
+        params.append(Document.Access.EVERYONE)
+        return (
+            f"({public} AND EXISTS (SELECT 1 FROM {documents} WHERE "  # noqa: S608 (names quoted)
+            f"{documents}.{column('id', Document)} = {table}.{column('document')} "
+            f"AND {documents}.{column('access', Document)} = %s))"
+        )
+
     # In the statement's order: each ``case`` adds its parameters as it is written.
     assignments = [
         (column("final_number"), case(prompt_number, list(final_numbers.items()))),
@@ -519,10 +533,7 @@ def _prompt_sources_update(
         ),
         (column("document_title"), case(rank, [(c.rank, c.title) for c in members])),
         (column("chunk_ordinal"), case(rank, [(c.rank, c.ordinal) for c in members])),
-        (
-            column("document_public"),
-            case(rank, [(c.rank, c.document_public) for c in members], False),
-        ),
+        (column("document_public"), public_then()),
     ]
     sql = (
         f"UPDATE {table} SET {', '.join(f'{name} = {value}' for name, value in assignments)} "  # noqa: S608 (names quoted, values parameters)

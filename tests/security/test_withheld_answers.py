@@ -261,3 +261,34 @@ def test_deleting_a_restricted_document_never_shows_an_answer_written_from_it(
     client.force_login(staff_reviewer("outsider"))
     page = client.get(f"/admin/answers/answer/{answer_id}/change/", follow=True)
     assert "silo seven" not in page.content.decode()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("deleted", [False, True], ids=["restricted", "restricted-then-deleted"])
+async def test_a_document_restricted_while_its_answer_is_written_is_not_public_in_it(
+    corpus, asker, scripted, deleted
+):  # type: ignore[no-untyped-def]
+    # Restricted (and deleted) after retrieval read it as open, before the answer was
+    # stored: writing the answer must not mark it as one everyone could view.
+    from answers import presenters, streams
+
+    document = (
+        await sync_to_async(ingest_text)("kestrel:memo", "Project Kestrel memo", KESTREL)
+    ).document
+    scripted.script = ["Kestrel is kept in ", "silo seven [1]."]
+    scripted.delay = 0.2
+    asked = await streams.answer_stream_begin(
+        user=asker, question="Where is Project Kestrel kept?", conversation_id=None
+    )
+    first = await anext(asked.events)
+    assert document.pk in {r.document_id for r in first.event.references}  # not vacuous
+    document.access = Document.Access.GROUPS
+    await document.asave(update_fields=["access"])
+    if deleted:
+        await Document.objects.filter(pk=document.pk).adelete()
+    events = [first, *[event async for event in asked.events]]
+    assert "silo seven" in events[-1].event.answer.text  # written from it all the same
+
+    answer = await Answer.objects.select_related("question").aget(pk=asked.answer_id)
+    shown = await sync_to_async(presenters.answer_payload)(answer=answer, user=asker)
+    assert shown.withheld and "silo seven" not in json.dumps(shown.to_dict())
