@@ -150,6 +150,8 @@ def _is_prose(sentence: str) -> bool:
 
 
 def _as_statement(sentence: str) -> str | None:
+    if not sentence.endswith((":", ",")):
+        return sentence  # the common case, without a scan of the sentence
     announced = _BEFORE_BLOCK.search(sentence)
     if announced is None:
         return sentence
@@ -160,8 +162,14 @@ def _as_statement(sentence: str) -> str | None:
 
 
 def _is_whole(sentence: str) -> bool:
-    sentence = _LIST_ITEM.sub("", _FOOTNOTE.sub("", sentence).strip())
-    return bool(sentence) and not sentence[0].islower() and bool(_WHOLE_END.search(sentence))
+    if any(opener in sentence for opener in "[\uff3b\u3010"):  # _OPENERS: a footnote
+        sentence = _FOOTNOTE.sub("", sentence)
+    sentence = sentence.strip()
+    if item := _LIST_ITEM.match(sentence):
+        sentence = sentence[item.end() :]
+    # _WHOLE_END read from the end: at most three closers after a sentence's last mark.
+    ending = sentence[-4:]
+    return bool(sentence) and not sentence[0].islower() and _WHOLE_END.search(ending) is not None
 
 
 def _quotable(sentence: str) -> str | None:
