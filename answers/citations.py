@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from markdown_it import MarkdownIt
+from markdown_it.common.utils import isMdAsciiPunct, isPunctChar, isWhiteSpace
 from markdown_it.rules_core import StateCore
 from markdown_it.rules_inline import StateInline, backtick, image, link
 from markdown_it.token import Token
@@ -70,11 +71,19 @@ _SPACES_GO_BEFORE = frozenset(" \t\r\n.,;:!?")
 # one run of backticks, an autolink, an entity, a link or an image.
 _JOINS_LEFT = frozenset("<&")
 _JOINS_RIGHT = frozenset(">")
-_JOINS = frozenset({("`", "`"), ("]", "("), ("!", "[")})
+_ENTITY_START = re.compile(r"&(?:#[xX]?)?[A-Za-z0-9]*\Z")
+_ENTITY_REST = frozenset("0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ#;")
+_JOINS = frozenset({("`", "`"), ("]", "("), ("!", "["), ("*", "*"), ("_", "_"), ("~", "~")})
+# An emphasis or strikethrough delimiter run (see ``_closing_run``).
+_DELIMITER_RUN = re.compile(r"\*+|_+|~+")
 # A line whose remains, once its markers are dropped, are only these could turn into
 # something else (a blank line, an empty list item, a setext underline): a marker on such
 # a line leaves a zero-width space instead, so the structure of the answer never changes.
 _STRUCTURAL_ONLY = re.compile(r"[ \t>*+\-=_#~`\d.)|:]*")
+# A line's structure and markers: what ``_STRUCTURAL_ONLY`` reads once markers are dropped.
+_STRUCTURE_AND_MARKERS = re.compile(rf"(?:[ \t>*+\-=_#~`\d.)|:]|{_MARKER.pattern})*")
+# A line that may underline the line above it (setext) or be a table's delimiter row.
+_UNDERLINE = re.compile(r"[ \t]*(?:=+|[-|: \t]*-[-|: \t]*)[ \t\r]*")
 ZERO_WIDTH_SPACE = "\u200b"
 ENV_KEY = "answers.citations"  # markdown-it env entry that carries a collector
 
@@ -641,6 +650,15 @@ def rewrite_markers(
     # The parser reads a lone carriage return as a line break: lines are judged as it
     # sees them (same length, same offsets), but the text is copied as written.
     written_text, text = text, _LONE_CR.sub("\n", text) if "\r" in text else text
+    for index, marker in enumerate(marker_list):
+        if (
+            decisions[index] == ""
+            and _HAS_SPACE.search(text, marker.start, marker.end)
+            and _may_be_in_destination(text, marker.start)
+        ):
+            # "[x](a[ 2 ]b)" is no link because of the space; "[x](ab)" would be one. A
+            # space stays, between characters that are neither a title nor a ")".
+            decisions[index] = _NO_DESTINATION
     emptied = _emptied_lines(text, marker_list, decisions)
     # Where each run of adjacent dropped markers ends: "`[8][9]`" must be judged by the
     # backticks either side of the whole run, not by the next marker's bracket.
@@ -649,6 +667,7 @@ def rewrite_markers(
         if decisions[index + 1] == "" and marker_list[index + 1].start == marker_list[index].end:
             run_ends[index] = run_ends[index + 1]
     pieces: list[str] = []
+    written = ""  # the last character of the output so far (kept, not searched for)
     position = 0
     for index, (marker, replacement) in enumerate(zip(marker_list, decisions, strict=True)):
         if replacement is None or marker.start < position:
@@ -659,6 +678,7 @@ def rewrite_markers(
             fate = emptied.pop(line_start, None)
             if isinstance(fate, int):  # the whole line goes, with its line break
                 pieces.append(written_text[position:line_start])
+                written = pieces[-1][-1:] or written
                 position = fate
                 continue
             if fate == ZERO_WIDTH_SPACE:
@@ -670,7 +690,7 @@ def rewrite_markers(
                     line_start,
                     between,
                     following=text[run_ends[index] : run_ends[index] + 1],
-                    written=_last_written(pieces),
+                    written=written,
                     rest=text[run_ends[index] : _line_bounds(text, run_ends[index])[1]],
                 )
         elif (
@@ -682,19 +702,21 @@ def rewrite_markers(
             replacement = replacement[0] + " " + replacement[1:-1] + " " + replacement[-1]
         pieces.append(written_text[position : position + len(between)])
         pieces.append(replacement)
+        written = replacement[-1:] or pieces[-2][-1:] or written
         position = marker.end
     pieces.append(written_text[position:])
     return "".join(pieces)
 
 
 _HAS_SPACE = re.compile(r"[ \u3000]")
+_NO_DESTINATION = ZERO_WIDTH_SPACE + " " + ZERO_WIDTH_SPACE
 _LONE_CR = re.compile(r"\r(?!\n)")
 
 
 def _may_be_in_destination(text: str, start: int) -> bool:
     """Whether ``start`` may lie in a link destination: a run without whitespace leads
-    back to ``](``, or blanks with at most one line break do. Each step looks only at
-    the run just before ``start``, so the calls for all markers stay linear."""
+    back to ``](``, or, from its start, blanks with at most one line break do. Each step
+    looks only at the run just before ``start``, so the calls for all markers stay linear."""
     position = start
     depth = 0  # a destination's parentheses balance: "(x)" before the marker is closed
     while position > 0 and not text[position - 1].isspace():
@@ -706,21 +728,13 @@ def _may_be_in_destination(text: str, start: int) -> bool:
                 return True
             depth = max(depth - 1, 0)  # "a(b" may sit inside a destination: walk on
         position -= 1
-    if position == start:  # right after whitespace: the destination may start here
-        newlines = 0
-        while position > 0 and text[position - 1] in " \t\r\n":  # "\r\n" counts once
-            newlines += text[position - 1] == "\n"
-            position -= 1
-        return newlines <= 1 and text[position - 2 : position] == "]("
-    return False
-
-
-def _last_written(pieces: list[str]) -> str:
-    """The last character of the output so far."""
-    for piece in reversed(pieces):
-        if piece:
-            return piece[-1]
-    return ""
+    # The run (or the marker, right after whitespace) may start the destination:
+    # "[x](\na[ 1 ])" is no link, but "[x](\na[1])" would be one.
+    newlines = 0
+    while position > 0 and text[position - 1] in " \t\r\n":  # "\r\n" counts once
+        newlines += text[position - 1] == "\n"
+        position -= 1
+    return newlines <= 1 and text[position - 2 : position] == "]("
 
 
 def _drop(
@@ -745,12 +759,18 @@ def _drop(
         # fence ("[9]- x", "[9]```", and "[9] ```" too: up to three spaces may lead a
         # fence) if nothing took the marker's place.
         return between, ZERO_WIDTH_SPACE
-    if (following == "" or following in _SPACES_GO_BEFORE) and not _STRUCTURAL_ONLY.fullmatch(
-        before.rstrip(" \t")
+    kept = before.rstrip(" \t")
+    if (
+        (following == "" or following in _SPACES_GO_BEFORE or _closing_run(rest))
+        and not _STRUCTURAL_ONLY.fullmatch(kept)
+        # "a\\ [9]" + a line end would become a hard line break, "a\\ [9]." an escape.
+        and not kept.endswith("\\")
     ):
-        between = between.rstrip(" \t")
+        before, between = kept, between[: len(between) - (len(before) - len(kept))]
     left = between[-1:] or written
     joins = left in _JOINS_LEFT or following in _JOINS_RIGHT or (left, following) in _JOINS
+    # "&#[9]91;" would become the entity "&#91;", shown as "[".
+    joins = joins or (following in _ENTITY_REST and _ENTITY_START.search(before) is not None)
     if following == ")" and before.strip():
         # "[x](a [9])" is no link, but "[x](a )" would be one: something must stay.
         return between, ZERO_WIDTH_SPACE
@@ -758,6 +778,18 @@ def _drop(
         # "``[9]`" would make one run of three backticks, "<[9]http:x>" an autolink.
         return between, ZERO_WIDTH_SPACE
     return between, ""
+
+
+def _closing_run(rest: str) -> bool:
+    """Whether ``rest`` starts with a delimiter run that may close emphasis as it stands
+    after a marker: followed by a space, punctuation or the line end (the parser's own
+    test). After a space it could close nothing: "*see [9]*" must become "*see*", not
+    "*see *", which shows its asterisks."""
+    run = _DELIMITER_RUN.match(rest)
+    if run is None:
+        return False
+    after = rest[run.end() : run.end() + 1]
+    return not after or isWhiteSpace(ord(after)) or isMdAsciiPunct(ord(after)) or isPunctChar(after)
 
 
 def _emptied_lines(
@@ -782,6 +814,12 @@ def _emptied_lines(
         left = "".join(remains)
         if left.strip(" \t\r") == "":
             following = _next_line(text, line_end)
+            if _UNDERLINE.fullmatch(following):
+                # A setext underline or a table's delimiter row reads with the line above
+                # it: "[9]\n===" is a heading and "| a |\n[9]\n|-|" no table, but without
+                # the line "===" is text and "| a |" a table's header. Keep the line.
+                emptied[line_start] = ZERO_WIDTH_SPACE
+                continue
             if following.strip(" \t\r") and not _begins_a_paragraph(following):
                 if starts is None:
                     starts = _paragraph_first_lines(text)
@@ -798,14 +836,17 @@ def _emptied_lines(
 
 
 def _paragraph_first_lines(text: str) -> set[int]:
-    """The line numbers that begin a paragraph, at any depth (every line, to be safe, when
-    the text has carriage returns: markdown-it counts lines after normalizing them)."""
-    if "\r" in text:
-        return set(range(text.count("\n") + 1))
+    """The line numbers that begin a paragraph (or a heading), at any depth. ``text`` has
+    no lone carriage return (``rewrite_markers`` made each a line feed), so each "\r\n" is
+    one line break to the parser and to ``text.count("\n")`` alike. (Counting every line
+    when the text held a "\r" made a "\r" anywhere later change how an earlier line was
+    dropped, so a stream shown before it differed from the stored answer.)"""
     return {
         token.map[0]
         for token in parse_markdown(text, {})
-        if token.type == "paragraph_open" and token.map is not None
+        # A setext heading was a paragraph until its underline came: "[9]\n1.\n---" keeps
+        # its first line, or "1." would start a list and "---" be a rule.
+        if token.type in ("paragraph_open", "heading_open") and token.map is not None
     }
 
 
@@ -976,42 +1017,56 @@ def _settled_length(analysis: _Analysis, count: int) -> int:
 def _settle_around_markers(
     text: str, cut: int, markers: list[Marker], replace: Callable[[Marker], str | None]
 ) -> int:
-    """Move ``cut`` back until what ``rewrite_markers`` does to the prefix is final."""
+    """Move ``cut`` back until what ``rewrite_markers`` does to the prefix is final.
+
+    Only three markers can hold a cut back: the last one before it, and the first dropped
+    one of the cut's line and of the line before. So each step looks at those three, and
+    however far the cut moves ("[9]\n" repeated moves it line by line) the cost stays
+    linear; it moves as far as looking at every marker from the first would.
+    """
+    starts = [marker.start for marker in markers]
+    dropped = [marker.start for marker in markers if replace(marker) == ""]
+    is_dropped = set(dropped)
+    extents: dict[int, int] = {}  # line start -> where its structure-and-markers ends
     while True:
         # Spaces and tabs go with a marker dropped right after them.
-        cut = len(text[:cut].rstrip(" \t"))
-        moved = False
-        for marker in markers:
-            if marker.start >= cut:
-                break
+        while cut > 0 and text[cut - 1] in " \t":
+            cut -= 1
+        held: list[int] = []
+        last = bisect.bisect_left(starts, cut) - 1
+        if last >= 0:
+            marker = markers[last]
             if marker.end > cut:  # never cut through a marker
-                cut, moved = marker.start, True
-                break
-            if replace(marker) != "":
-                continue
-            if marker.end == cut:
-                # The next character decides whether the spaces before it go.
-                cut, moved = marker.start, True
-                break
-            line_start = text.rfind("\n", 0, marker.start) + 1
-            line_end = text.find("\n", marker.start)
+                held.append(marker.start)
+            elif marker.start in is_dropped and (
+                marker.end == cut or _DELIMITER_RUN.fullmatch(text, marker.end, cut)
+            ):
+                # The next character decides whether the spaces before it go (after a
+                # delimiter run, the character after the run: ``_closing_run``).
+                held.append(marker.start)
+        line_start = text.rfind("\n", 0, cut) + 1
+        first = bisect.bisect_left(dropped, line_start)
+        if first < len(dropped) and dropped[first] < cut:
             # On an unfinished line, whether dropping it leaves the line blank or bare
             # structure depends on the rest of the line.
-            unfinished = line_end == -1 or line_end >= cut
-            if unfinished and _STRUCTURAL_ONLY.fullmatch(_MARKER.sub("", text[line_start:cut])):
-                cut, moved = marker.start, True
-                break
+            if line_start not in extents:
+                extents[line_start] = _STRUCTURE_AND_MARKERS.match(text, line_start).end()  # type: ignore[union-attr]
+            if extents[line_start] >= cut:
+                held.append(dropped[first])
+        if line_start > 0:
             # A line dropping leaves blank goes, or keeps a zero-width space, as the next
             # line reads (``_emptied_lines``): wait until that line is complete.
+            previous_start = text.rfind("\n", 0, line_start - 1) + 1
+            first = bisect.bisect_left(dropped, previous_start)
             if (
-                not unfinished
-                and _MARKER.sub("", text[line_start:line_end]).strip(" \t\r") == ""
-                and "\n" not in text[line_end + 1 : cut]
+                first < len(dropped)
+                and dropped[first] < line_start
+                and _MARKER.sub("", text[previous_start : line_start - 1]).strip(" \t\r") == ""
             ):
-                cut, moved = marker.start, True
-                break
-        if not moved:
+                held.append(dropped[first])
+        if not held:
             return cut
+        cut = min(held)
 
 
 def _reset_point(analysis: _Analysis, settled: int) -> int:

@@ -179,3 +179,28 @@ def query_plan(queryset: Any) -> list[str]:
         cursor.execute("SET LOCAL enable_seqscan = off")
         cursor.execute(f"EXPLAIN {sql}", params)
         return [str(row[0]) for row in cursor.fetchall()]
+
+
+def lines_executed(module: Any, call: Any) -> int:
+    """How many lines of ``module``'s own code ``call()`` runs: a count of work that
+    repeats exactly, for growth checks that must not time anything."""
+    import sys
+
+    count = 0
+    filename = module.__file__
+
+    def local(frame: Any, event: str, arg: Any) -> Any:
+        nonlocal count
+        count += event == "line"
+        return local
+
+    def calls(frame: Any, event: str, arg: Any) -> Any:
+        return local if frame.f_code.co_filename == filename else None
+
+    previous = sys.gettrace()
+    sys.settrace(calls)
+    try:
+        call()
+    finally:
+        sys.settrace(previous)
+    return count

@@ -252,6 +252,44 @@ EXAMPLES: dict[str, list[tuple[str, int, str | None, str, list[str] | None]]] = 
         ("- [9]\n- b [1]", 1, "- \u200b\n- b [1]", "- \u200b\n- b [1]", ["s1"]),
         ("a`` [9]` b [1] ``` c", 1, "a`` ` b [1] ``` c", "a`` ` b [1] ``` c", ["s1"]),
         ("<http://x [9]>", 1, "<http://x >", "<http://x >", None),
+        # A space in a marker kept "(...)" from being a link's destination: something that
+        # is neither a title nor a ")" stays after a space where it was.
+        ("[x](a[ 9 ]b) [1]", 1, "[x](a\u200b \u200bb) [1]", "[x](a\u200b \u200bb) [1]", ["s1"]),
+        (
+            "[x](\n[ 9 ]\n) [1]",
+            1,
+            "[x](\n\u200b \u200b\n) [1]",
+            "[x](\n\u200b \u200b\n) [1]",
+            ["s1"],
+        ),
+        ("[1](\na[1, 9])", 1, "[1](\na[ 1 ])", "[1](\na[ 1 ])", ["s1"]),
+        # A setext underline or a table's delimiter row reads with the line above it: the
+        # heading stays a heading, and "| a |" does not become a table's header.
+        ("[9]\n===\nsee [1]", 1, "\u200b\n===\nsee [1]", "\u200b\n===\nsee [1]", ["s1"]),
+        (
+            "| a |\n[9]\n|---|\n\n[1]",
+            1,
+            "| a |\n\u200b\n|---|\n\n[1]",
+            "| a |\n\u200b\n|---|\n\n[1]",
+            ["s1"],
+        ),
+        # ... and a heading's first line stays too: "1." would start a list, "---" a rule.
+        ("[9]\n1.\n---\n[1]", 1, "\u200b\n1.\n---\n[1]", "\u200b\n1.\n---\n[1]", ["s1"]),
+        # A backslash before a line end is a hard line break, before punctuation an escape.
+        ("a\\ [9]\nb [1]", 1, "a\\ \nb [1]", "a\\ \nb [1]", ["s1"]),
+        # "&#91;" is an entity, shown as "[".
+        ("&#[9]91; [1]", 1, "&#\u200b91; [1]", "&#\u200b91; [1]", ["s1"]),
+        # Line ends as written: a "\r\n" anywhere drops a line as "\n" does.
+        ("a\r\n[9]\r\n> q [1]", 1, "a\r\n> q [1]", "a\r\n> q [1]", ["s1"]),
+    ],
+    # "*a *" shows its asterisks: a delimiter run after a space closes nothing.
+    "Dropping a marker never unmakes the emphasis around it.": [
+        ("*see the docs [9]*. [1]", 1, "*see the docs*. [1]", "*see the docs*. [1]", ["s1"]),
+        ("**Note [1] [1]**", 1, None, "**Note [1]**", ["s1"]),
+        ("~~old [9]~~ [1]", 1, "~~old~~ [1]", "~~old~~ [1]", ["s1"]),
+        ("a *[9]* b [1]", 1, "a *\u200b* b [1]", "a *\u200b* b [1]", ["s1"]),
+        # An opening run keeps the space before it: "a*b*" would join the words.
+        ("a [9]*b* [1]", 1, "a *b* [1]", "a *b* [1]", ["s1"]),
     ],
 }
 
@@ -333,6 +371,20 @@ def test_cited_numbers_ignores_everything_that_is_not_a_marker() -> None:
     text = "`[1]` ``[2]`` [x](u) [3](u) ![4](u) [^5] \\[6] <http://x/[7]> [12345]\n```\n[8]\n```"
     assert cited_numbers(text) == []
     assert cited_numbers("[3] [1, 3] [2] [1]") == [3, 1, 2]
+
+
+@pytest.mark.parametrize("unit", [" [9]", "[9]", "[9]\n", "a\n[9]\n- x\n"])
+def test_dropping_markers_costs_work_in_proportion_to_the_answer(unit: str) -> None:
+    """Many dropped markers in a row ("a [9] [9] ...") once made each drop look back over
+    every earlier one: four times the answer cost sixteen times the work."""
+    import answers.citations as citations
+    from tests.helpers import lines_executed
+
+    def work(repeats: int) -> int:
+        text = "a" + unit * repeats
+        return lines_executed(citations, lambda: strip_out_of_range_markers(text, 1))
+
+    assert work(800) <= 5 * work(200)
 
 
 def test_rewrite_markers_none_keeps_and_empty_drops_with_spaces() -> None:

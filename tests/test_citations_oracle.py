@@ -268,3 +268,16 @@ def test_indentation_and_line_breaks_read_as_the_renderer_reads_them(text: str) 
     fast = _fast_markers(text)
     assert fast is None or fast == _analyze(text).markers
     assert _segmented_markers(text) == _analyze(text).markers
+
+
+@settings(max_examples=300, deadline=None)
+@given(documents.map(lambda text: text.replace("\r", "")), st.integers(0, 3))
+# A "\r" anywhere made every line count as a paragraph's first line: "[1]" kept a line.
+@example("a\n[1]\n> ", 0)
+def test_line_ends_written_as_crlf_are_stripped_and_renumbered_alike(text: str, count: int) -> None:
+    crlf = text.replace("\n", "\r\n")
+    stripped = strip_out_of_range_markers(text, count)
+    assert strip_out_of_range_markers(crlf, count) == stripped.replace("\n", "\r\n")
+    final = finalize_citations(stripped, list(range(count))).text
+    crlf_stripped = stripped.replace("\n", "\r\n")
+    assert finalize_citations(crlf_stripped, list(range(count))).text == final.replace("\n", "\r\n")

@@ -123,6 +123,54 @@ def test_any_split_of_any_markdown_streams_the_stripped_text_and_never_takes_it_
     assert citations == cited_numbers(final)
 
 
+def test_a_carriage_return_later_does_not_change_a_line_already_shown():
+    # A "\r" anywhere once made every line count as a paragraph's first: the "[9]" line,
+    # removed while streaming, kept a zero-width space in the stored text.
+    raw = "a\n[9]\n> q\n\nlater\r\n"
+    stream_filter = MarkerStreamFilter(1)
+    shown = "".join(stream_filter.feed(char) for char in raw) + stream_filter.close()
+    assert shown == strip_out_of_range_markers(raw, 1) == "a\n> q\n\nlater\r\n"
+
+
+def test_a_line_dropped_before_a_setext_underline_streams_as_stored():
+    # "[9]\n1." is a paragraph, so its first line keeps a zero-width space ("1." alone
+    # would start a list); "---" then makes it a heading, whose first line kept one too.
+    raw = "[9]\n1.\n---"
+    stream_filter = MarkerStreamFilter(1)
+    shown = "".join(stream_filter.feed(char) for char in raw) + stream_filter.close()
+    assert shown == strip_out_of_range_markers(raw, 1) == "\u200b\n1.\n---"
+
+
+def test_a_marker_before_a_delimiter_run_waits_for_what_follows_the_run():
+    # "*see [9]*" loses the space before the run only if the run closes: "*see*." but
+    # "*see *b" (the run opens), so nothing is shown past "*see" until the run is followed.
+    for raw in ("Read *the docs [9]*.", "Read *the docs [9]*b"):
+        for cut in range(len(raw) + 1):
+            stream_filter = MarkerStreamFilter(1)
+            shown = stream_filter.feed(raw[:cut]) + stream_filter.feed(raw[cut:])
+            assert shown + stream_filter.close() == strip_out_of_range_markers(raw, 1)
+
+
+def test_lines_of_dropped_markers_stream_in_work_in_proportion_to_the_answer():
+    """Each "[9]" on a line of its own waits for the next line, and holding one moved the
+    cut back a line at a time, looking at every marker again from the first each time."""
+    import answers.citations as citations
+    from tests.helpers import lines_executed
+
+    def work(repeats: int) -> int:
+        raw = "[9]\n" * repeats
+        stream_filter = MarkerStreamFilter(1)
+
+        def run() -> None:
+            for start in range(0, len(raw), 7):
+                stream_filter.feed(raw[start : start + 7])
+            stream_filter.close()
+
+        return lines_executed(citations, run)
+
+    assert work(800) <= 6 * work(200)
+
+
 def test_an_open_code_span_holds_the_paragraph_until_it_is_closed_or_ends():
     stream_filter = MarkerStreamFilter(2)
     assert stream_filter.feed("See `a [2] ") == "See"

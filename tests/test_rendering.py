@@ -24,6 +24,16 @@ def test_code_is_left_alone():
     assert len(soup.select("a.citation")) == 1
 
 
+def test_a_citation_repeated_inside_bold_leaves_the_bold_on_the_page():
+    from answers.citations import finalize_citations
+
+    # The repeat is dropped; "**Note [1] **" would show its asterisks as text.
+    final = finalize_citations("**Note [1] [1]** and *see [2] [2]*.", ["a", "b"]).text
+    soup = BeautifulSoup(render(final, 2), "html.parser")
+    assert [tag.get_text() for tag in soup.find_all(["strong", "em"])] == ["Note [1]", "see [2]"]
+    assert "*" not in soup.get_text()
+
+
 def test_raw_html_is_not_rendered():
     html = render('<script>alert(1)</script> <img src=x onerror="alert(2)"> [1]')
     soup = BeautifulSoup(html, "html.parser")
