@@ -804,6 +804,7 @@ def _emptied_lines(
             by_line.setdefault(line_start, []).append(marker)
     emptied: dict[int, int | str] = {}
     starts: set[int] | None = None  # paragraphs' first lines, parsed only when needed
+    line_number, counted = 0, 0
     for line_start, dropped in by_line.items():
         _, line_end = _line_bounds(text, line_start)
         remains, position = [], line_start
@@ -820,10 +821,17 @@ def _emptied_lines(
                 # the line "===" is text and "| a |" a table's header. Keep the line.
                 emptied[line_start] = ZERO_WIDTH_SPACE
                 continue
-            if following.strip(" \t\r") and not _begins_a_paragraph(following):
+            # An indented next line may join the block above ("+ \n[9]\n  a" would make
+            # "a" the empty item's text), so only an unindented one moves up.
+            if following.strip(" \t\r") and (
+                following[0] in " \t" or not _begins_a_paragraph(following)
+            ):
                 if starts is None:
                     starts = _paragraph_first_lines(text)
-                if text.count("\n", 0, line_start) in starts:
+                # Lines come in order: count line breaks from the last line counted.
+                line_number += text.count("\n", counted, line_start)
+                counted = line_start
+                if line_number in starts:
                     # Removing the first line of a paragraph moves the next one up to where
                     # a block begins, where "2) x" starts a list and four spaces a code
                     # block ("[9]\n2) `\n2) [1]`" would then cite [1]): keep the line.

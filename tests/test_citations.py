@@ -273,6 +273,8 @@ EXAMPLES: dict[str, list[tuple[str, int, str | None, str, list[str] | None]]] = 
             "| a |\n\u200b\n|---|\n\n[1]",
             ["s1"],
         ),
+        # ... or when the next line is indented: it would join an empty list item's text.
+        ("+ \n[9]\n  a [1]", 1, "+ \n\u200b\n  a [1]", "+ \n\u200b\n  a [1]", ["s1"]),
         # ... and a heading's first line stays too: "1." would start a list, "---" a rule.
         ("[9]\n1.\n---\n[1]", 1, "\u200b\n1.\n---\n[1]", "\u200b\n1.\n---\n[1]", ["s1"]),
         # A backslash before a line end is a hard line break, before punctuation an escape.
