@@ -719,7 +719,9 @@ def _may_be_in_destination(text: str, start: int) -> bool:
     looks only at the run just before ``start``, so the calls for all markers stay linear."""
     position = start
     depth = 0  # a destination's parentheses balance: "(x)" before the marker is closed
-    while position > 0 and not text[position - 1].isspace():
+    # A destination ends only at a space or a control character (the parser's rule):
+    # "\xa0" or "\u2028" may sit inside one, though str.isspace() says otherwise.
+    while position > 0 and text[position - 1] > " " and text[position - 1] != "\x7f":
         char = text[position - 1]
         if char == ")":
             depth += 1
@@ -822,9 +824,12 @@ def _emptied_lines(
                 emptied[line_start] = ZERO_WIDTH_SPACE
                 continue
             # An indented next line may join the block above ("+ \n[9]\n  a" would make
-            # "a" the empty item's text), so only an unindented one moves up.
+            # "a" the empty item's text), and after an indented line, one may have been
+            # lazy ("- \n  [9]\na" would leave the item): only unindented lines move up.
             if following.strip(" \t\r") and (
-                following[0] in " \t" or not _begins_a_paragraph(following)
+                following.startswith((" ", "\t"))
+                or left.startswith((" ", "\t"))
+                or not _begins_a_paragraph(following)
             ):
                 if starts is None:
                     starts = _paragraph_first_lines(text)

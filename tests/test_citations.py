@@ -263,6 +263,8 @@ EXAMPLES: dict[str, list[tuple[str, int, str | None, str, list[str] | None]]] = 
             ["s1"],
         ),
         ("[1](\na[1, 9])", 1, "[1](\na[ 1 ])", "[1](\na[ 1 ])", ["s1"]),
+        # A no-break space is no space to a destination.
+        ("[x](a\xa0[ 2 ]) [2]", 2, None, "[x](a\xa0[ 1 ]) [1]", ["s2"]),
         # A setext underline or a table's delimiter row reads with the line above it: the
         # heading stays a heading, and "| a |" does not become a table's header.
         ("[9]\n===\nsee [1]", 1, "\u200b\n===\nsee [1]", "\u200b\n===\nsee [1]", ["s1"]),
@@ -275,6 +277,7 @@ EXAMPLES: dict[str, list[tuple[str, int, str | None, str, list[str] | None]]] = 
         ),
         # ... or when the next line is indented: it would join an empty list item's text.
         ("+ \n[9]\n  a [1]", 1, "+ \n\u200b\n  a [1]", "+ \n\u200b\n  a [1]", ["s1"]),
+        ("- \n  [9]\na [1]", 1, "- \n  \u200b\na [1]", "- \n  \u200b\na [1]", ["s1"]),
         # ... and a heading's first line stays too: "1." would start a list, "---" a rule.
         ("[9]\n1.\n---\n[1]", 1, "\u200b\n1.\n---\n[1]", "\u200b\n1.\n---\n[1]", ["s1"]),
         # A backslash before a line end is a hard line break, before punctuation an escape.
@@ -570,12 +573,19 @@ _SAFE_AFTER = set(" \t\n.,;:!?")
 _STRUCTURE = re.compile(r"[ \t>*+\-=_#~`\d.)|:]*")
 
 
-def _moved_up_changes_blocks(text: str, line_start: int, following: str) -> bool:
-    """Whether removing the line at ``line_start`` (a paragraph's first line) would put
-    ``following`` where a block begins and so read it as something else."""
-    first_lines = {t.map[0] for t in _MARKDOWN.parse(text) if t.type == "paragraph_open" and t.map}
+def _moved_up_changes_blocks(text: str, line_start: int, following: str, left: str) -> bool:
+    """Whether removing the line at ``line_start`` (a paragraph's or heading's first line,
+    ``left`` what remains of it) would put ``following`` where a block begins and so read it
+    as something else. Indented, it might join a list item above (or have been lazy)."""
+    first_lines = {
+        t.map[0]
+        for t in _MARKDOWN.parse(text)
+        if t.type in ("paragraph_open", "heading_open") and t.map
+    }
     if text.count("\n", 0, line_start) not in first_lines:
         return False
+    if following.startswith((" ", "\t")) or left.startswith((" ", "\t")):
+        return True
     alone = _MARKDOWN.parse(following)
     return not alone or alone[0].type != "paragraph_open"
 
@@ -604,7 +614,7 @@ def apply_drops(text: str, spans: list[tuple[int, int, str | None]]) -> str:
         if not left.strip(" \t"):
             fate[line_start] = min(line_end + 1, len(text))
             following = text[line_end + 1 :].split("\n", 1)[0] if line_end < len(text) else ""
-            if following.strip() and _moved_up_changes_blocks(text, line_start, following):
+            if following.strip() and _moved_up_changes_blocks(text, line_start, following, left):
                 fate[line_start] = "\u200b"
         elif _STRUCTURE.fullmatch(left):
             fate[line_start] = "\u200b"
