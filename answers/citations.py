@@ -1040,7 +1040,10 @@ def _settle_around_markers(
     starts = [marker.start for marker in markers]
     dropped = [marker.start for marker in markers if replace(marker) == ""]
     is_dropped = set(dropped)
-    extents: dict[int, int] = {}  # line start -> where its structure-and-markers ends
+    # Per line start, read once: where the line's structure and markers end, and whether
+    # it is blank once its markers go.
+    extents: dict[int, int] = {}
+    blank: dict[int, bool] = {}
     while True:
         # Spaces and tabs go with a marker dropped right after them.
         while cut > 0 and text[cut - 1] in " \t":
@@ -1063,7 +1066,8 @@ def _settle_around_markers(
             # On an unfinished line, whether dropping it leaves the line blank or bare
             # structure depends on the rest of the line.
             if line_start not in extents:
-                extents[line_start] = _STRUCTURE_AND_MARKERS.match(text, line_start).end()  # type: ignore[union-attr]
+                structure = _STRUCTURE_AND_MARKERS.match(text, line_start)
+                extents[line_start] = structure.end() if structure else line_start
             if extents[line_start] >= cut:
                 held.append(dropped[first])
         if line_start > 0:
@@ -1071,12 +1075,12 @@ def _settle_around_markers(
             # line reads (``_emptied_lines``): wait until that line is complete.
             previous_start = text.rfind("\n", 0, line_start - 1) + 1
             first = bisect.bisect_left(dropped, previous_start)
-            if (
-                first < len(dropped)
-                and dropped[first] < line_start
-                and _MARKER.sub("", text[previous_start : line_start - 1]).strip(" \t\r") == ""
-            ):
-                held.append(dropped[first])
+            if first < len(dropped) and dropped[first] < line_start:
+                if previous_start not in blank:
+                    remains = _MARKER.sub("", text[previous_start : line_start - 1])
+                    blank[previous_start] = remains.strip(" \t\r") == ""
+                if blank[previous_start]:
+                    held.append(dropped[first])
         if not held:
             return cut
         cut = min(held)
