@@ -481,7 +481,8 @@ def _place(
 # - Any line starting a block (list, quote, heading, setext or table delimiter row, hr)
 #   goes to the parser; so without one there is no table and ``|`` is plain text.
 # - ``<`` before a run that could be an autolink goes to the parser only if the run holds
-#   a backtick, bracket or backslash; otherwise its reading is the same either way.
+#   a backtick, bracket (full-width too: "<【1】-->" is no autolink, and its marker is
+#   text) or backslash; otherwise its reading is the same either way.
 # - A backslash escape is consumed with the character it escapes.
 # - A simple link's text holds no ``<``: the parser measures a label skipping autolinks,
 #   so "[<http://x](u)[1]y>" is no link but an autolink holding "[1]" (found by the
@@ -514,7 +515,7 @@ _FAST = re.compile(
         (?:\n[^\r]*?)??(?:\n[ \t]*(?P=mark)(?:(?<=`)`*|(?<=~)~*)[ \t]*(?=\n|\Z)|\Z))
     | \n(?P<block>BLOCK)
     | (?P<other>``|[\r\t\uff3b\u3010])
-    | <[^<>\x00-\x20`\[\]\\]*>
+    | <[^<>\x00-\x20`\[\]\\\uff3b\u3010]*>
     | <(?![^<>\x00-\x20]*>)
     | (?P<angle><)
     | \\[!-/:-@\[-`{-~]?

@@ -112,6 +112,8 @@ documents = markdown_documents(PREFIXES, INLINE)
 @example("[a\r~~~](u) [1]")
 # A label is measured skipping autolinks: this is no link, and "[1]" is in the autolink.
 @example("[<http://x](u)[1]y>")
+# No autolink, so its full-width marker is text (the fast path skipped it as one).
+@example("<\u30101\u3011-->")
 def test_the_module_reads_exactly_the_markers_the_renderer_shows_as_text(text: str) -> None:
     assert module_markers(text) == oracle_markers(text)
 

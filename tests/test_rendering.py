@@ -34,6 +34,17 @@ def test_a_citation_repeated_inside_bold_leaves_the_bold_on_the_page():
     assert "*" not in soup.get_text()
 
 
+def test_a_full_width_marker_in_angle_brackets_links_the_source_it_cited():
+    from answers.citations import finalize_citations
+
+    # "<\uff3b2\uff3d>" is no autolink: the page links its marker, so the rules renumber it
+    # with the others, or it would point at another source.
+    result = finalize_citations("Lambdas <\uff3b2\uff3d> are small [2] [1].", ["a", "b"])
+    assert result.sources == ["b", "a"]
+    soup = BeautifulSoup(render(result.text, 2), "html.parser")
+    assert [a.get_text() for a in soup.select("a.citation")] == ["1", "1", "2"]
+
+
 def test_raw_html_is_not_rendered():
     html = render('<script>alert(1)</script> <img src=x onerror="alert(2)"> [1]')
     soup = BeautifulSoup(html, "html.parser")
