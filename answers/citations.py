@@ -777,6 +777,10 @@ def _drop(
     if following == ")" and before.strip():
         # "[x](a [9])" is no link, but "[x](a )" would be one: something must stay.
         return between, ZERO_WIDTH_SPACE
+    if left == "|" and following in ("", "\n", "\r"):
+        # A row's last pipe is dropped when nothing follows it: "a|[9]" has two cells,
+        # "a|" one, and one more cell can make a table's header of the row.
+        return between, ZERO_WIDTH_SPACE
     if left.strip() and following.strip() and joins:
         # "``[9]`" would make one run of three backticks, "<[9]http:x>" an autolink.
         return between, ZERO_WIDTH_SPACE

@@ -280,6 +280,8 @@ EXAMPLES: dict[str, list[tuple[str, int, str | None, str, list[str] | None]]] = 
         ("- \n  [9]\na [1]", 1, "- \n  \u200b\na [1]", "- \n  \u200b\na [1]", ["s1"]),
         # ... and a heading's first line stays too: "1." would start a list, "---" a rule.
         ("[9]\n1.\n---\n[1]", 1, "\u200b\n1.\n---\n[1]", "\u200b\n1.\n---\n[1]", ["s1"]),
+        # A row's last cell stays a cell: "a|" would be a table's header of one column.
+        ("a|[9]\n|---|\n\n[1]", 1, "a|\u200b\n|---|\n\n[1]", "a|\u200b\n|---|\n\n[1]", ["s1"]),
         # A backslash before a line end is a hard line break, before punctuation an escape.
         ("a\\ [9]\nb [1]", 1, "a\\ \nb [1]", "a\\ \nb [1]", ["s1"]),
         # "&#91;" is an entity, shown as "[".
