@@ -812,7 +812,15 @@ def _emptied_lines(
     emptied: dict[int, int | str] = {}
     starts: set[int] | None = None  # paragraphs' first lines, parsed only when needed
     line_number, counted = 0, 0
+    # Lines removed one after another move the next line up as far as the first of them:
+    # where the run of removed lines began (line number), and where it ends (offset).
+    run_first, run_end = 0, -1
     for line_start, dropped in by_line.items():
+        # Lines come in order: count line breaks from the last line counted.
+        line_number += text.count("\n", counted, line_start)
+        counted = line_start
+        if line_start != run_end:
+            run_first = line_number
         _, line_end = _line_bounds(text, line_start)
         remains, position = [], line_start
         for marker in dropped:
@@ -838,16 +846,14 @@ def _emptied_lines(
             ):
                 if starts is None:
                     starts = _paragraph_first_lines(text)
-                # Lines come in order: count line breaks from the last line counted.
-                line_number += text.count("\n", counted, line_start)
-                counted = line_start
-                if line_number in starts:
+                if run_first in starts:
                     # Removing the first line of a paragraph moves the next one up to where
                     # a block begins, where "2) x" starts a list and four spaces a code
-                    # block ("[9]\n2) `\n2) [1]`" would then cite [1]): keep the line.
+                    # block ("[9]\n2) `\n2) [1]`" would then cite [1]): keep the line. So
+                    # does removing every line from the first ("[9]\n[9]\n+ x").
                     emptied[line_start] = ZERO_WIDTH_SPACE
                     continue
-            emptied[line_start] = min(line_end + 1, len(text))
+            emptied[line_start] = run_end = min(line_end + 1, len(text))
         elif _STRUCTURAL_ONLY.fullmatch(left.rstrip("\r")):
             emptied[line_start] = ZERO_WIDTH_SPACE
     return emptied

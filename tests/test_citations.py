@@ -275,6 +275,8 @@ EXAMPLES: dict[str, list[tuple[str, int, str | None, str, list[str] | None]]] = 
             "| a |\n\u200b\n|---|\n\n[1]",
             ["s1"],
         ),
+        # ... or when every line from the first goes: "+ x" would start a list.
+        ("[9]\n[9]\n+ x [1]", 1, "\u200b\n+ x [1]", "\u200b\n+ x [1]", ["s1"]),
         # ... or when the next line is indented: it would join an empty list item's text.
         ("+ \n[9]\n  a [1]", 1, "+ \n\u200b\n  a [1]", "+ \n\u200b\n  a [1]", ["s1"]),
         ("- \n  [9]\na [1]", 1, "- \n  \u200b\na [1]", "- \n  \u200b\na [1]", ["s1"]),
@@ -576,9 +578,10 @@ _STRUCTURE = re.compile(r"[ \t>*+\-=_#~`\d.)|:]*")
 
 
 def _moved_up_changes_blocks(text: str, line_start: int, following: str, left: str) -> bool:
-    """Whether removing the line at ``line_start`` (a paragraph's or heading's first line,
-    ``left`` what remains of it) would put ``following`` where a block begins and so read it
-    as something else. Indented, it might join a list item above (or have been lazy)."""
+    """Whether removing the lines from ``line_start`` (a paragraph's or heading's first
+    line; ``left`` what remains of the last) would put ``following`` where a block begins
+    and so read it as something else. Indented, it might join a list item above (or have
+    been lazy)."""
     first_lines = {
         t.map[0]
         for t in _MARKDOWN.parse(text)
@@ -605,6 +608,7 @@ def apply_drops(text: str, spans: list[tuple[int, int, str | None]]) -> str:
         if replacement == "":
             lines.setdefault(text.rfind("\n", 0, start) + 1, []).append((start, end))
     fate: dict[int, object] = {}
+    run_first, run_end = 0, -1  # consecutive removed lines: the first one's start, the end
     for line_start, dropped in lines.items():
         line_end = text.find("\n", line_start)
         line_end = len(text) if line_end == -1 else line_end
@@ -613,11 +617,14 @@ def apply_drops(text: str, spans: list[tuple[int, int, str | None]]) -> str:
             left += text[position:start]
             position = end
         left += text[position:line_end]
+        if line_start != run_end:
+            run_first = line_start
         if not left.strip(" \t"):
-            fate[line_start] = min(line_end + 1, len(text))
+            fate[line_start] = run_end = min(line_end + 1, len(text))
             following = text[line_end + 1 :].split("\n", 1)[0] if line_end < len(text) else ""
-            if following.strip() and _moved_up_changes_blocks(text, line_start, following, left):
+            if following.strip() and _moved_up_changes_blocks(text, run_first, following, left):
                 fate[line_start] = "\u200b"
+                run_end = -1
         elif _STRUCTURE.fullmatch(left):
             fate[line_start] = "\u200b"
     # A run of adjacent dropped markers is judged by what follows the whole run.
