@@ -146,6 +146,15 @@ def stream_rows() -> list[Row]:
             STREAM_BUDGET, "s", "the 0.2 s budget", ("<=", 1.0),
             note=f"{seconds / batch:.1f}x one strip of the whole answer ({batch * 1e3:.1f} ms)")
     )  # fmt: skip
+    # Answers that made the filter quadratic (one dropped marker a line; valid and dropped
+    # markers alternating): seconds at 16 KB over four times those at 4 KB.
+    for label, unit in (("'[9]\\n' lines", "[9]\n"), ("'x [1] [9] ' runs", "x [1] [9] ")):
+        small = _stream_seconds(unit * (4_000 // len(unit)), 4, 2)
+        large = _stream_seconds(unit * (16_000 // len(unit)), 4, 2)
+        rows.append(
+            Row(STREAM_SECTION, f"{label}, streamed: 16 KB over 4x 4 KB", large, 4 * small,
+                "s", "4x the 4 KB time", ("<=", 1.5), note="1.0 is linear")
+        )  # fmt: skip
     poisoned = "[x](" * 2_000
     seconds = _stream_seconds(poisoned, 4, 10)
     rows.append(
