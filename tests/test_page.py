@@ -165,6 +165,27 @@ def test_the_keyboard_asks_and_comes_back_to_the_question(sized_page: Page, aske
     assert page.errors.messages == []  # type: ignore[attr-defined]
 
 
+def test_enter_that_ends_an_input_method_composition_does_not_ask(page: Page, asker) -> None:
+    # Typing Japanese or Chinese, Enter picks the characters composed so far; only the
+    # next Enter asks.
+    log_in(page, "asker", "pw-asker")
+    box = page.get_by_label("Your question")
+    box.fill("ラムダ式とは")
+    box.evaluate(
+        "box => box.dispatchEvent(new KeyboardEvent('keydown', {key: 'Enter', keyCode: 229,"
+        " isComposing: true, bubbles: true, cancelable: true}))"
+    )
+    expect(box).to_have_value("ラムダ式とは")
+    box.press("End")
+    box.type("?")
+    box.press("Enter")
+    turns = page.locator("[data-turns] [data-turn]")
+    expect(turns.locator("[data-answer]")).to_have_attribute("data-answer-state", "done")
+    expect(turns).to_have_count(1)
+    expect(turns.locator(".turn-question")).to_have_text("ラムダ式とは?")
+    assert page.errors.messages == []  # type: ignore[attr-defined]
+
+
 def test_a_stopped_answer_says_so_and_can_be_asked_again(sized_slow_page: Page, asker) -> None:
     from answers.models import Answer
 

@@ -449,6 +449,8 @@
     textarea.addEventListener("keydown", function (event) {
       // Enter asks, and so does Ctrl/Cmd+Enter (the habit from other chat tools);
       // Shift+Enter is a new line.
+      // An Enter that confirms an input method's composition (Japanese, Chinese...) is not one.
+      if (event.isComposing || event.keyCode === 229) return;
       if (event.key === "Enter" && (!event.shiftKey || event.ctrlKey || event.metaKey)) {
         event.preventDefault();
         form.requestSubmit();
