@@ -120,12 +120,16 @@ def check_citations(turn: Locator) -> list[str]:
     return ids
 
 
-# Keeps every socket the page opens, so a test can drop one as a network would.
+# Keeps every socket the page opens, so a test can drop one as a network would; while
+# ``window.__serverDown`` is set, new ones are refused as an unreachable server's would be
+# (``server_down``).
 RECORD_SOCKETS = """
 (() => {
   const Native = window.WebSocket;
   window.__sockets = [];
+  window.__serverDown = false;
   function Recorded(url, protocols) {
+    if (window.__serverDown) url = url.replace("/ws/answers/", "/ws/unreachable/");
     const socket = protocols === undefined ? new Native(url) : new Native(url, protocols);
     window.__sockets.push(socket);
     return socket;
@@ -135,6 +139,21 @@ RECORD_SOCKETS = """
   window.WebSocket = Recorded;
 })();
 """
+
+
+def server_down(page: Page) -> None:
+    """The connection drops and every reconnection is refused until ``server_up``."""
+    page.evaluate("window.__serverDown = true; window.__sockets.forEach(s => s.close())")
+
+
+def server_up(page: Page) -> None:
+    page.evaluate("window.__serverDown = false")
+
+
+def unexpected_errors(page: Page) -> list[str]:
+    """The page's console errors, less the browser's own report of a refused socket."""
+    messages = page.errors.messages  # type: ignore[attr-defined]
+    return [m for m in messages if "/ws/unreachable/' failed" not in m]
 
 
 def start_asking(page: Page, question: str) -> Locator:

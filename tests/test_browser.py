@@ -18,7 +18,10 @@ from tests.browser import (
     check_citations,
     log_in,
     screenshot,
+    server_down,
+    server_up,
     start_asking,
+    unexpected_errors,
 )
 from tests.corpus import ingest_text
 
@@ -135,6 +138,48 @@ def test_a_dropped_socket_reconnects_and_the_same_answer_goes_on(slow_page: Page
     assert answer.status == "complete"
     assert str(answer.pk) == turn.get_attribute("data-answer-id")
     assert slow_page.errors.messages == []  # type: ignore[attr-defined]
+
+
+def test_a_question_asked_while_the_server_is_unreachable_is_sent_when_it_is_back(
+    slow_page: Page, asker
+) -> None:  # type: ignore[no-untyped-def]
+    from answers.models import Answer
+
+    log_in(slow_page, "asker", "pw-asker")
+    status = slow_page.locator("[data-ask-status]")
+    server_down(slow_page)
+    expect(status).to_have_text("Reconnecting…")
+    slow_page.get_by_label("Your question").fill(QUESTION)
+    slow_page.get_by_role("button", name="Ask", exact=True).click()
+    # Refused again while the question waits: it is neither failed nor sent.
+    slow_page.wait_for_function("() => window.__sockets.length >= 3")
+    expect(status).to_contain_text("your question is sent when the connection is back")
+    turn = slow_page.locator("[data-turns] [data-turn]")
+    expect(turn.locator(".error")).to_have_count(0)
+    server_up(slow_page)
+    expect(turn.locator("[data-answer]")).to_have_attribute(
+        "data-answer-state", "done", timeout=30_000
+    )
+    expect(turn.locator(".error")).to_have_count(0)
+    check_citations(turn)
+    (answer,) = Answer.objects.all()  # asked once, and shown
+    assert str(answer.pk) == turn.get_attribute("data-answer-id")
+    assert unexpected_errors(slow_page) == []
+
+
+def test_stop_pressed_while_the_connection_is_down_stops_the_answer(slow_page: Page, asker) -> None:  # type: ignore[no-untyped-def]
+    from answers.models import Answer
+
+    log_in(slow_page, "asker", "pw-asker")
+    turn = start_asking(slow_page, QUESTION)
+    server_down(slow_page)
+    expect(slow_page.locator("[data-ask-status]")).to_have_text("Reconnecting… the answer goes on.")
+    slow_page.get_by_role("button", name="Stop").click()
+    server_up(slow_page)
+    expect(turn.locator("[data-turn-outcome]")).to_have_text("Stopped before it finished.")
+    (answer,) = Answer.objects.all()
+    assert answer.status == "interrupted"
+    assert unexpected_errors(slow_page) == []
 
 
 def test_a_reload_mid_answer_follows_it_again(slow_page: Page, asker) -> None:  # type: ignore[no-untyped-def]

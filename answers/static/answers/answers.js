@@ -326,6 +326,7 @@
     var conversationId = root.dataset.conversationId || null;
     var current = null;
     var pending = null;
+    var stopWanted = false;
 
     function setBusy(busy) {
       askButton.disabled = busy;
@@ -343,6 +344,7 @@
 
     function ended() {
       current = null;
+      stopWanted = false;
       remember(null);
       setBusy(false);
       // Back to the question for the follow-up, unless the reader has moved on (into the
@@ -363,14 +365,20 @@
           pending = { type: "resume", answer_id: Number(current.answerId), after: current.seq };
         }
         if (pending && socket.send(pending)) pending = null;
+        // A Stop pressed while the socket was down goes to the answer now (the server
+        // takes it on the resumed answer's first event).
+        if (stopWanted && current && !pending && socket.send({ type: "stop" })) stopWanted = false;
       },
       onLost: function () {
-        if (current && !current.answerId) {
-          // The question may never have arrived: there is nothing to resume.
+        if (current && !current.answerId && !pending) {
+          // The question may never have arrived: there is nothing to resume. (One still
+          // waiting in `pending` was never sent: it goes when the socket is back.)
           current.finish("error", "The connection was lost. Please ask again.");
           ended();
         }
-        status.textContent = current ? "Reconnecting… the answer goes on." : "Reconnecting…";
+        status.textContent = !current ? "Reconnecting…"
+          : current.answerId ? "Reconnecting… the answer goes on."
+          : "Reconnecting… your question is sent when the connection is back.";
         reconnecting = true;
       },
       onMessage: function (message) {
@@ -466,7 +474,8 @@
       }
     });
     stopButton.addEventListener("click", function () {
-      socket.send({ type: "stop" });
+      // While the socket is down, the Stop waits for it (see onOpen), not lost.
+      if (current && !socket.send({ type: "stop" })) stopWanted = true;
     });
     newLink.addEventListener("click", function () {
       remember(null); // a fresh page, not the answer being written
