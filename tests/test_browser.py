@@ -182,6 +182,37 @@ def test_stop_pressed_while_the_connection_is_down_stops_the_answer(slow_page: P
     assert unexpected_errors(slow_page) == []
 
 
+def test_back_and_reload_show_the_whole_conversation(slow_page: Page, asker) -> None:  # type: ignore[no-untyped-def]
+    from answers.models import Answer
+
+    log_in(slow_page, "asker", "pw-asker")
+    slow_page.evaluate(WATCH_STREAMING)
+    ask(slow_page, QUESTION)
+    expect(slow_page).to_have_url(re.compile(r"/conversations/[0-9a-f-]{36}/$"))
+    # Following a source and coming Back: the answer is still there.
+    slow_page.goto("/answers/")
+    slow_page.go_back()
+    turns = slow_page.locator("[data-turns] [data-turn]")
+    expect(turns).to_have_count(1)
+    expect(turns.first.locator(".turn-question")).to_have_text(QUESTION)
+    check_citations(turns.first)
+    # A reload while the follow-up is written keeps the first turn and follows the second.
+    slow_page.evaluate(WATCH_STREAMING)
+    slow_page.get_by_label("Ask a follow-up").fill(FOLLOW_UP)
+    slow_page.get_by_role("button", name="Ask", exact=True).click()
+    slow_page.wait_for_function("() => window.__streamedWhileStreaming[1] !== undefined")
+    slow_page.reload()
+    expect(turns).to_have_count(2)
+    expect(turns.nth(0).locator(".turn-question")).to_have_text(QUESTION)
+    expect(turns.nth(1).locator(".turn-question")).to_have_text(FOLLOW_UP)
+    expect(turns.nth(1).locator("[data-answer]")).to_have_attribute(
+        "data-answer-state", "done", timeout=30_000
+    )
+    check_citations(turns.nth(1))
+    assert list(Answer.objects.values_list("status", flat=True)) == ["complete", "complete"]
+    assert slow_page.errors.messages == []  # type: ignore[attr-defined]
+
+
 def test_a_reload_mid_answer_follows_it_again(slow_page: Page, asker) -> None:  # type: ignore[no-untyped-def]
     from answers.models import Answer
 
@@ -195,10 +226,13 @@ def test_a_reload_mid_answer_follows_it_again(slow_page: Page, asker) -> None:  
     check_citations(turn)
     (answer,) = Answer.objects.all()
     assert answer.status == "complete"
-    # Once it is done, a further reload starts afresh.
+    # Once it is done, a further reload shows it as stored: nothing followed or asked again.
     slow_page.reload()
-    expect(slow_page.get_by_label("Your question")).to_be_visible()
-    expect(slow_page.locator("[data-turns] [data-turn]")).to_have_count(0)
+    expect(slow_page.locator("[data-ask][data-ready]")).to_have_count(1)
+    expect(turn).to_have_count(1)
+    expect(turn.locator("[data-answer]")).to_have_attribute("data-answer-state", "done")
+    expect(slow_page.get_by_role("button", name="Ask", exact=True)).to_be_enabled()
+    assert Answer.objects.count() == 1
 
 
 def test_a_second_tab_watches_an_answer_being_written(slow_page: Page, asker) -> None:  # type: ignore[no-untyped-def]

@@ -296,6 +296,7 @@
   }
 
   var INFLIGHT_KEY = "cited-answers:inflight";
+  var ZERO_UUID = "00000000-0000-0000-0000-000000000000";
 
   function remember(value) {
     try {
@@ -331,6 +332,15 @@
     function setBusy(busy) {
       askButton.disabled = busy;
       stopButton.disabled = !busy;
+    }
+
+    // The address becomes the conversation's: a reload, or Back after following a source,
+    // shows every turn from the store (and follows one still being written), not an empty page.
+    function showConversationUrl() {
+      var template = root.dataset.conversationUrl;
+      if (!conversationId || !template || !window.history.replaceState) return;
+      var url = template.replace(ZERO_UUID, encodeURIComponent(conversationId));
+      if (url !== window.location.pathname) window.history.replaceState(null, "", url);
     }
 
     function newTurn(question) {
@@ -387,7 +397,10 @@
           return;
         }
         if (!current) return;
-        if (message.type === "references") conversationId = message.conversation_id;
+        if (message.type === "references") {
+          conversationId = message.conversation_id;
+          showConversationUrl();
+        }
         if (current.apply(message)) {
           ended();
           return;
