@@ -136,13 +136,35 @@ TEMPLATES = [
 WSGI_APPLICATION = None
 ASGI_APPLICATION = "config.asgi.application"
 
-DATABASES = {
-    "default": dj_database_url.config(
-        default=f"sqlite:///{BASE_DIR / 'db.sqlite3'}",
-        env="DATABASE_URL",
-        conn_max_age=int(os.environ.get("DATABASE_CONN_MAX_AGE", "0")),
-    )
-}
+
+def _database() -> dict[str, Any]:
+    """DATABASE_URL as Django's settings. A URL it cannot use stops start-up with an error
+    that names the variable, not dj-database-url's or the driver's traceback (nor a
+    KeyError for an empty one)."""
+    # Empty counts as unset, as for the other variables here.
+    url = os.environ.get("DATABASE_URL") or f"sqlite:///{BASE_DIR / 'db.sqlite3'}"
+    try:
+        database = dj_database_url.parse(
+            url, conn_max_age=int(os.environ.get("DATABASE_CONN_MAX_AGE", "0"))
+        )
+    except ValueError as exc:  # the URL is not echoed: it may hold a password
+        reason = str(exc).split(". ")[0].rstrip(".")  # not the list of every scheme known
+        raise ImproperlyConfigured(
+            f"DATABASE_URL is not a database URL this project can read ({reason}). Use "
+            "sqlite:///path/to/db.sqlite3 or postgres://user:password@host:5432/name."
+        ) from None
+    if database["ENGINE"] == "django.db.backends.postgresql":
+        try:
+            import psycopg  # noqa: F401
+        except ImportError:
+            raise ImproperlyConfigured(
+                "DATABASE_URL names PostgreSQL, but psycopg is not installed: "
+                '.venv/bin/pip install -e ".[postgres]" (docs/deployment.md).'
+            ) from None
+    return database
+
+
+DATABASES = {"default": _database()}
 # PostgreSQL: a pool of connections per process (psycopg_pool, Django's "pool" option),
 # so an answer's many short database calls reuse connections instead of opening one each
 # (a PostgreSQL backend process forked per call), and the process never holds more than
