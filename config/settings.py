@@ -137,7 +137,7 @@ WSGI_APPLICATION = None
 ASGI_APPLICATION = "config.asgi.application"
 
 
-def _database() -> dict[str, Any]:
+def _database() -> dj_database_url.DBConfig:
     """DATABASE_URL as Django's settings. A URL it cannot use stops start-up with an error
     that names the variable, not dj-database-url's or the driver's traceback (nor a
     KeyError for an empty one)."""
