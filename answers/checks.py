@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
+from asgiref.sync import async_to_sync
+from channels.layers import BaseChannelLayer, InMemoryChannelLayer, get_channel_layer
 from django.conf import settings
+from django.core.cache import caches
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.db import connection
 from django.utils.module_loading import import_string
@@ -233,3 +237,89 @@ def check_database_connections(
             )
         )
     return messages
+
+
+# Shown with the errors below: in the shipped project both live in REDIS_URL's Redis.
+_REDIS_HINT = (
+    "In the shipped project both are REDIS_URL's Redis: check the URL and that Redis runs, "
+    "or leave REDIS_URL empty for one process (docs/deployment.md)."
+)
+
+
+@register(Tags.compatibility)
+def check_channel_layer(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """Every answer streams through the channel layer: one that cannot be built would
+    refuse every question (503 ``unavailable``) with nothing said at start-up."""
+    try:
+        get_channel_layer()
+    except Exception as exc:  # channels wraps the ImportError, which says what is missing
+        cause = f" ({exc.__context__})" if isinstance(exc.__context__, ImportError) else ""
+        return [
+            Error(
+                f"The channel layer cannot be built: {exc}{cause}.",
+                hint="With REDIS_URL set, install the redis extra: "
+                '.venv/bin/pip install -e ".[redis]" (docs/deployment.md).',
+                id="answers.E014",
+            )
+        ]
+    return []
+
+
+# A check that connects gives up after this long, so `migrate` reports rather than hangs.
+SERVICE_TIMEOUT = 5.0
+
+
+@register(Tags.database)
+def check_stream_services(
+    app_configs: Any = None, databases: Any = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """With ``--database default`` (``migrate`` runs it, so ``make run`` does), as for
+    the database: do the stream cache and the channel layer answer? If not, every question
+    would be refused (503 ``unavailable``) with nothing said at start-up."""
+    if not databases or "default" not in databases:
+        return []
+    messages: list[CheckMessage] = []
+    alias = str(answers_settings.STREAM_CACHE)
+    if alias in settings.CACHES:  # else answers.E008
+        cache = caches.create_connection(alias)
+        try:
+            cache.get("answers:check")
+        except Exception as exc:
+            messages.append(
+                Error(
+                    f"The stream cache {alias!r} does not answer: {exc}",
+                    hint=_REDIS_HINT,
+                    id="answers.E016",
+                )
+            )
+        finally:
+            cache.close()
+    try:
+        layer = get_channel_layer()
+    except Exception:  # answers.E014
+        return messages
+    if layer is not None and not isinstance(layer, InMemoryChannelLayer):
+        try:
+            async_to_sync(_channel_layer_answers)(layer)
+        except Exception as exc:
+            messages.append(
+                Error(
+                    f"The channel layer does not answer: {str(exc) or type(exc).__name__}",
+                    hint=_REDIS_HINT,
+                    id="answers.E015",
+                )
+            )
+    return messages
+
+
+async def _channel_layer_answers(layer: BaseChannelLayer) -> None:
+    try:
+        # A round trip that changes nothing: leave a group nobody is in.
+        await asyncio.wait_for(
+            layer.group_discard("answers.check", "answers.check!"), SERVICE_TIMEOUT
+        )
+    finally:
+        # Its connections belong to this call's event loop, which ends with it.
+        close_pools = getattr(layer, "close_pools", None)
+        if close_pools is not None:
+            await close_pools()

@@ -261,3 +261,40 @@ def test_unpooled_retrieval_threads_beyond_what_postgresql_allows_are_an_error(
     (error,) = check_database_connections(databases=["default"])
     assert error.id == "answers.E030" and f"leaves {allowed}" in error.msg
     assert "unpooled" in error.msg
+
+
+def test_a_channel_layer_that_cannot_be_built_is_an_error(settings):
+    from answers.checks import check_channel_layer
+
+    assert check_channel_layer() == []
+    # As with REDIS_URL set but the redis extra not installed.
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels_missing.core.RedisChannelLayer"}}
+    (error,) = check_channel_layer()
+    assert error.id == "answers.E014"
+    assert "channels_missing.core.RedisChannelLayer" in error.msg
+    assert "No module named 'channels_missing'" in error.msg
+    assert '".[redis]"' in error.hint
+
+
+NOBODY = "redis://127.0.0.1:1/0"  # a port nothing listens on
+
+
+def test_a_stream_cache_and_a_channel_layer_that_do_not_answer_are_errors(settings):
+    from answers.checks import check_stream_services
+
+    assert check_stream_services(databases=["default"]) == []  # the test settings' own
+    settings.CACHES = {
+        **settings.CACHES,
+        "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": NOBODY},
+    }
+    settings.CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [NOBODY]},
+        }
+    }
+    # Only when asked to connect (`check --database default`, `migrate`), as for the database.
+    assert check_stream_services(databases=None) == []
+    messages = check_stream_services(databases=["default"])
+    assert sorted(m.id for m in messages) == ["answers.E015", "answers.E016"]
+    assert all("REDIS_URL" in m.hint for m in messages)
