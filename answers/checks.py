@@ -195,14 +195,46 @@ def database_connections_per_process() -> int:
     return pooled if pooled is not None else database_threads_per_process()
 
 
+# Seconds a check waits for PostgreSQL to accept a connection.
+CONNECT_TIMEOUT = 5
+
+
+def check_database_opens(database: Any) -> list[CheckMessage]:
+    """Can ``database`` (a connection wrapper) be opened? Said once, naming DATABASE_URL,
+    instead of a traceback: with the pool, PostgreSQL's would come after the pool's 30 s
+    timeout and say only that no connection came."""
+    try:
+        if database.vendor == "postgresql":
+            # Straight to the server, past the pool, so the server's own reason shows.
+            import psycopg
+
+            params = database.get_connection_params()
+            psycopg.connect(**params, connect_timeout=CONNECT_TIMEOUT).close()
+        else:
+            database.ensure_connection()
+    except Exception as exc:
+        return [
+            Error(
+                f"The database {database.alias!r} cannot be opened: {exc}",
+                hint="Check DATABASE_URL (docs/environment.md): the server, its port, the "
+                "database name and the user's password, or the SQLite file's folder.",
+                id="answers.E031",
+            )
+        ]
+    return []
+
+
 @register(Tags.database)
 def check_database_connections(
     app_configs: Any = None, databases: Any = None, **kwargs: Any
 ) -> list[CheckMessage]:
     """With ``--database default`` (``migrate`` runs it): can PostgreSQL carry one process,
     and how many can it carry? (docs/deployment.md, "Sizing")."""
-    if not databases or "default" not in databases or connection.vendor != "postgresql":
+    if not databases or "default" not in databases:
         return []
+    unopened = check_database_opens(connection)
+    if unopened or connection.vendor != "postgresql":
+        return unopened
     with connection.cursor() as cursor:
         cursor.execute("SHOW max_connections")
         (row,) = cursor.fetchall()

@@ -298,3 +298,31 @@ def test_a_stream_cache_and_a_channel_layer_that_do_not_answer_are_errors(settin
     messages = check_stream_services(databases=["default"])
     assert sorted(m.id for m in messages) == ["answers.E015", "answers.E016"]
     assert all("REDIS_URL" in m.hint for m in messages)
+
+
+@pytest.mark.django_db
+def test_a_database_that_cannot_be_opened_is_one_error_naming_database_url(settings):
+    import copy
+
+    from django.db import connections
+
+    from answers.checks import check_database_connections, check_database_opens
+
+    assert check_database_opens(connection) == []
+    assert check_database_connections(databases=["default"]) == []
+    # A wrapper of its own over a copy: the settings of the real one stay as they are.
+    real = connections["default"]
+    unreachable = type(real)(copy.deepcopy(real.settings_dict), "default")
+    if connection.vendor == "sqlite":
+        unreachable.settings_dict["NAME"] = "/nonexistent-folder/db.sqlite3"
+        reason = "unable to open database file"
+    else:
+        unreachable.settings_dict["PORT"] = 1  # nothing listens there
+        unreachable.settings_dict["OPTIONS"].pop("pool", None)
+        reason = "Connection refused"
+    try:
+        (error,) = check_database_opens(unreachable)
+    finally:
+        unreachable.close()
+    assert error.id == "answers.E031" and reason in error.msg
+    assert "DATABASE_URL" in error.hint
