@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 from typing import Any
 
 from asgiref.sync import async_to_sync
@@ -15,6 +16,9 @@ from django.utils.module_loading import import_string
 
 from .conf import DEFAULTS, SETTINGS, answers_settings
 from .search.base import search_takes_scope
+
+# The method the pipeline calls on each swappable part.
+_PART_METHODS = {"PROVIDER": "stream", "SEARCH_BACKEND": "search", "RERANKER": "rerank"}
 
 
 @register(Tags.compatibility)
@@ -84,6 +88,16 @@ def check_answers_settings(app_configs: Any = None, **kwargs: Any) -> list[Check
                 )
             )
             continue
+        method = _PART_METHODS[key]
+        if not _is_part_class(imported, method):
+            errors.append(
+                Error(
+                    f"ANSWERS[{key!r}] = {path!r} is not a class with a {method}() method.",
+                    hint="Use a dotted path to a class (or 'extractive' for PROVIDER).",
+                    id="answers.E009",
+                )
+            )
+            continue
         # Each part validates its own settings (as staticfiles asks its finders).
         if callable(getattr(imported, "check", None)):
             errors += imported.check()
@@ -93,6 +107,16 @@ def check_answers_settings(app_configs: Any = None, **kwargs: Any) -> list[Check
         if key == "PROVIDER" and answers_settings.REWRITE_FOLLOWUPS:
             errors += _check_provider_rewrites(path, imported)
     return errors
+
+
+def _is_part_class(imported: Any, method: str) -> bool:
+    """Not a module, a class of another kind or the interface itself: the first question
+    would fail building or calling it."""
+    return (
+        inspect.isclass(imported)
+        and not getattr(imported, "_is_protocol", False)
+        and callable(getattr(imported, method, None))
+    )
 
 
 def _check_provider_rewrites(path: str, provider: Any) -> list[CheckMessage]:

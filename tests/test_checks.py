@@ -26,6 +26,12 @@ def test_defaults_pass(settings):
         ({"NO_ANSWER_MESSAGE": "  "}, "answers.E005"),
         ({"PROVIDER": "no.such.Provider"}, "answers.E006"),
         ({"SEARCH_BACKEND": "answers.nothing.Backend"}, "answers.E006"),
+        # Imported, but the first question would fail building or calling it.
+        ({"PROVIDER": "os.path"}, "answers.E009"),
+        ({"PROVIDER": "json.JSONDecoder"}, "answers.E009"),
+        ({"PROVIDER": "answers.providers.base.Provider"}, "answers.E009"),
+        ({"SEARCH_BACKEND": "answers.search.base"}, "answers.E009"),
+        ({"RERANKER": "answers.rerankers.RerankerError"}, "answers.E009"),
         ({"STREAM_LOG_TTL": 0}, "answers.E004"),
         ({"STREAM_POLL_INTERVAL": "soon"}, "answers.E003"),
         ({"STREAM_CACHE": "nowhere"}, "answers.E008"),
