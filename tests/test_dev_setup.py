@@ -191,3 +191,22 @@ def test_a_postgresql_url_without_psycopg_says_which_extra_to_install(tmp_path: 
     assert result.returncode != 0
     assert "DATABASE_URL names PostgreSQL, but psycopg is not installed" in result.stderr
     assert '".[postgres]"' in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "says"),
+    [
+        ("DATABASE_POOL_SIZE", "ten", "DATABASE_POOL_SIZE must be a whole number, not 'ten'."),
+        ("CHANNEL_CAPACITY", "1e3", "CHANNEL_CAPACITY must be a whole number, not '1e3'."),
+        ("DJANGO_LOGIN_COOLOFF_MINUTES", "15m", "DJANGO_LOGIN_COOLOFF_MINUTES must be a number"),
+    ],
+)
+def test_a_variable_that_is_not_a_number_is_named(
+    tmp_path: Path, name: str, value: str, says: str
+) -> None:
+    result = _settings(tmp_path, "", DJANGO_DEBUG="1", **{name: value})
+    assert result.returncode != 0
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("django.core.exceptions.ImproperlyConfigured: " + says), last
+    # Empty is the default, as for the other variables.
+    assert _settings(tmp_path, "", DJANGO_DEBUG="1", **{name: ""}).returncode == 0
