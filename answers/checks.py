@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 from typing import Any
 
+from asgiref.sync import async_to_sync
+from channels.layers import BaseChannelLayer, InMemoryChannelLayer, get_channel_layer
 from django.conf import settings
+from django.core.cache import caches
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.db import connection
 from django.utils.module_loading import import_string
 
 from .conf import DEFAULTS, SETTINGS, answers_settings
 from .search.base import search_takes_scope
+
+# The method the pipeline calls on each swappable part.
+_PART_METHODS = {"PROVIDER": "stream", "SEARCH_BACKEND": "search", "RERANKER": "rerank"}
 
 
 @register(Tags.compatibility)
@@ -80,6 +88,16 @@ def check_answers_settings(app_configs: Any = None, **kwargs: Any) -> list[Check
                 )
             )
             continue
+        method = _PART_METHODS[key]
+        if not _is_part_class(imported, method):
+            errors.append(
+                Error(
+                    f"ANSWERS[{key!r}] = {path!r} is not a class with a {method}() method.",
+                    hint="Use a dotted path to a class (or 'extractive' for PROVIDER).",
+                    id="answers.E009",
+                )
+            )
+            continue
         # Each part validates its own settings (as staticfiles asks its finders).
         if callable(getattr(imported, "check", None)):
             errors += imported.check()
@@ -89,6 +107,16 @@ def check_answers_settings(app_configs: Any = None, **kwargs: Any) -> list[Check
         if key == "PROVIDER" and answers_settings.REWRITE_FOLLOWUPS:
             errors += _check_provider_rewrites(path, imported)
     return errors
+
+
+def _is_part_class(imported: Any, method: str) -> bool:
+    """Not a module, a class of another kind or the interface itself: the first question
+    would fail building or calling it."""
+    return (
+        inspect.isclass(imported)
+        and not getattr(imported, "_is_protocol", False)
+        and callable(getattr(imported, method, None))
+    )
 
 
 def _check_provider_rewrites(path: str, provider: Any) -> list[CheckMessage]:
@@ -191,14 +219,46 @@ def database_connections_per_process() -> int:
     return pooled if pooled is not None else database_threads_per_process()
 
 
+# Seconds a check waits for PostgreSQL to accept a connection.
+CONNECT_TIMEOUT = 5
+
+
+def check_database_opens(database: Any) -> list[CheckMessage]:
+    """Can ``database`` (a connection wrapper) be opened? Said once, naming DATABASE_URL,
+    instead of a traceback: with the pool, PostgreSQL's would come after the pool's 30 s
+    timeout and say only that no connection came."""
+    try:
+        if database.vendor == "postgresql":
+            # Straight to the server, past the pool, so the server's own reason shows.
+            import psycopg
+
+            params = database.get_connection_params()
+            psycopg.connect(**params, connect_timeout=CONNECT_TIMEOUT).close()
+        else:
+            database.ensure_connection()
+    except Exception as exc:
+        return [
+            Error(
+                f"The database {database.alias!r} cannot be opened: {exc}",
+                hint="Check DATABASE_URL (docs/environment.md): the server, its port, the "
+                "database name and the user's password, or the SQLite file's folder.",
+                id="answers.E031",
+            )
+        ]
+    return []
+
+
 @register(Tags.database)
 def check_database_connections(
     app_configs: Any = None, databases: Any = None, **kwargs: Any
 ) -> list[CheckMessage]:
     """With ``--database default`` (``migrate`` runs it): can PostgreSQL carry one process,
     and how many can it carry? (docs/deployment.md, "Sizing")."""
-    if not databases or "default" not in databases or connection.vendor != "postgresql":
+    if not databases or "default" not in databases:
         return []
+    unopened = check_database_opens(connection)
+    if unopened or connection.vendor != "postgresql":
+        return unopened
     with connection.cursor() as cursor:
         cursor.execute("SHOW max_connections")
         (row,) = cursor.fetchall()
@@ -233,3 +293,89 @@ def check_database_connections(
             )
         )
     return messages
+
+
+# Shown with the errors below: in the shipped project both live in REDIS_URL's Redis.
+_REDIS_HINT = (
+    "In the shipped project both are REDIS_URL's Redis: check the URL and that Redis runs, "
+    "or leave REDIS_URL empty for one process (docs/deployment.md)."
+)
+
+
+@register(Tags.compatibility)
+def check_channel_layer(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """Every answer streams through the channel layer: one that cannot be built would
+    refuse every question (503 ``unavailable``) with nothing said at start-up."""
+    try:
+        get_channel_layer()
+    except Exception as exc:  # channels wraps the ImportError, which says what is missing
+        cause = f" ({exc.__context__})" if isinstance(exc.__context__, ImportError) else ""
+        return [
+            Error(
+                f"The channel layer cannot be built: {exc}{cause}.",
+                hint="With REDIS_URL set, install the redis extra: "
+                '.venv/bin/pip install -e ".[redis]" (docs/deployment.md).',
+                id="answers.E014",
+            )
+        ]
+    return []
+
+
+# A check that connects gives up after this long, so `migrate` reports rather than hangs.
+SERVICE_TIMEOUT = 5.0
+
+
+@register(Tags.database)
+def check_stream_services(
+    app_configs: Any = None, databases: Any = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """With ``--database default`` (``migrate`` runs it, so ``make run`` does), as for
+    the database: do the stream cache and the channel layer answer? If not, every question
+    would be refused (503 ``unavailable``) with nothing said at start-up."""
+    if not databases or "default" not in databases:
+        return []
+    messages: list[CheckMessage] = []
+    alias = str(answers_settings.STREAM_CACHE)
+    if alias in settings.CACHES:  # else answers.E008
+        cache = caches.create_connection(alias)
+        try:
+            cache.get("answers:check")
+        except Exception as exc:
+            messages.append(
+                Error(
+                    f"The stream cache {alias!r} does not answer: {exc}",
+                    hint=_REDIS_HINT,
+                    id="answers.E016",
+                )
+            )
+        finally:
+            cache.close()
+    try:
+        layer = get_channel_layer()
+    except Exception:  # answers.E014
+        return messages
+    if layer is not None and not isinstance(layer, InMemoryChannelLayer):
+        try:
+            async_to_sync(_channel_layer_answers)(layer)
+        except Exception as exc:
+            messages.append(
+                Error(
+                    f"The channel layer does not answer: {str(exc) or type(exc).__name__}",
+                    hint=_REDIS_HINT,
+                    id="answers.E015",
+                )
+            )
+    return messages
+
+
+async def _channel_layer_answers(layer: BaseChannelLayer) -> None:
+    try:
+        # A round trip that changes nothing: leave a group nobody is in.
+        await asyncio.wait_for(
+            layer.group_discard("answers.check", "answers.check!"), SERVICE_TIMEOUT
+        )
+    finally:
+        # Its connections belong to this call's event loop, which ends with it.
+        close_pools = getattr(layer, "close_pools", None)
+        if close_pools is not None:
+            await close_pools()

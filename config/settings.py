@@ -35,6 +35,24 @@ def env_bool(name: str, default: bool = False) -> bool:
     return value.strip().lower() in {"1", "true", "yes", "on"}
 
 
+def env_int(name: str, default: int) -> int:
+    """A whole number from the environment (empty: the default); anything else stops
+    start-up naming the variable, not with int()'s bare ValueError."""
+    value = os.environ.get(name, "").strip()
+    try:
+        return int(value) if value else default
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} must be a whole number, not {value!r}.") from None
+
+
+def env_float(name: str, default: float) -> float:
+    value = os.environ.get(name, "").strip()
+    try:
+        return float(value) if value else default
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} must be a number, not {value!r}.") from None
+
+
 def env_list(name: str, default: str = "") -> list[str]:
     return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
 
@@ -106,8 +124,8 @@ AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",  # first: a locked-out login is refused early
     "django.contrib.auth.backends.ModelBackend",
 ]
-AXES_FAILURE_LIMIT = int(os.environ.get("DJANGO_LOGIN_FAILURE_LIMIT", "5"))
-AXES_COOLOFF_TIME = timedelta(minutes=float(os.environ.get("DJANGO_LOGIN_COOLOFF_MINUTES", "15")))
+AXES_FAILURE_LIMIT = env_int("DJANGO_LOGIN_FAILURE_LIMIT", 5)
+AXES_COOLOFF_TIME = timedelta(minutes=env_float("DJANGO_LOGIN_COOLOFF_MINUTES", 15))
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 AXES_CLIENT_IP_CALLABLE = "config.auth.login_client_ip"
@@ -136,19 +154,39 @@ TEMPLATES = [
 WSGI_APPLICATION = None
 ASGI_APPLICATION = "config.asgi.application"
 
-DATABASES = {
-    "default": dj_database_url.config(
-        default=f"sqlite:///{BASE_DIR / 'db.sqlite3'}",
-        env="DATABASE_URL",
-        conn_max_age=int(os.environ.get("DATABASE_CONN_MAX_AGE", "0")),
-    )
-}
+
+def _database() -> dj_database_url.DBConfig:
+    """DATABASE_URL as Django's settings. A URL it cannot use stops start-up with an error
+    that names the variable, not dj-database-url's or the driver's traceback (nor a
+    KeyError for an empty one)."""
+    # Empty counts as unset, as for the other variables here.
+    url = os.environ.get("DATABASE_URL") or f"sqlite:///{BASE_DIR / 'db.sqlite3'}"
+    try:
+        database = dj_database_url.parse(url, conn_max_age=env_int("DATABASE_CONN_MAX_AGE", 0))
+    except ValueError as exc:  # the URL is not echoed: it may hold a password
+        reason = str(exc).split(". ")[0].rstrip(".")  # not the list of every scheme known
+        raise ImproperlyConfigured(
+            f"DATABASE_URL is not a database URL this project can read ({reason}). Use "
+            "sqlite:///path/to/db.sqlite3 or postgres://user:password@host:5432/name."
+        ) from None
+    if database["ENGINE"] == "django.db.backends.postgresql":
+        try:
+            import psycopg  # noqa: F401
+        except ImportError:
+            raise ImproperlyConfigured(
+                "DATABASE_URL names PostgreSQL, but psycopg is not installed: "
+                '.venv/bin/pip install -e ".[postgres]" (docs/deployment.md).'
+            ) from None
+    return database
+
+
+DATABASES = {"default": _database()}
 # PostgreSQL: a pool of connections per process (psycopg_pool, Django's "pool" option),
 # so an answer's many short database calls reuse connections instead of opening one each
 # (a PostgreSQL backend process forked per call), and the process never holds more than
 # DATABASE_POOL_SIZE however many threads ask; a thread over the limit waits for one.
 # 0 turns the pool off (then DATABASE_CONN_MAX_AGE applies). Sizing: docs/deployment.md.
-DATABASE_POOL_SIZE = int(os.environ.get("DATABASE_POOL_SIZE", "10"))
+DATABASE_POOL_SIZE = env_int("DATABASE_POOL_SIZE", 10)
 if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and DATABASE_POOL_SIZE > 0:
     if DATABASES["default"].get("CONN_MAX_AGE"):
         raise ImproperlyConfigured(
@@ -209,7 +247,7 @@ LOGOUT_REDIRECT_URL = "login"
 # seconds an unread message lives; group_expiry: seconds a membership outlives a process
 # that died without leaving (longer than any answer can stream).
 REDIS_URL = os.environ.get("REDIS_URL", "")
-CHANNEL_CAPACITY = int(os.environ.get("CHANNEL_CAPACITY", "1000"))
+CHANNEL_CAPACITY = env_int("CHANNEL_CAPACITY", 1000)
 CHANNEL_LAYERS: dict[str, dict[str, Any]]
 CACHES: dict[str, dict[str, Any]]
 if REDIS_URL:
@@ -276,7 +314,7 @@ if not DEBUG:
     SESSION_COOKIE_SECURE = env_bool("DJANGO_SECURE_COOKIES", True)
     CSRF_COOKIE_SECURE = env_bool("DJANGO_SECURE_COOKIES", True)
     SECURE_SSL_REDIRECT = env_bool("DJANGO_SECURE_SSL_REDIRECT", False)
-    SECURE_HSTS_SECONDS = int(os.environ.get("DJANGO_HSTS_SECONDS", "0"))
+    SECURE_HSTS_SECONDS = env_int("DJANGO_HSTS_SECONDS", 0)
     SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("DJANGO_HSTS_INCLUDE_SUBDOMAINS", True)
     SECURE_HSTS_PRELOAD = env_bool("DJANGO_HSTS_PRELOAD", False)
     SECURE_PROXY_SSL_HEADER = (

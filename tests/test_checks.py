@@ -26,6 +26,12 @@ def test_defaults_pass(settings):
         ({"NO_ANSWER_MESSAGE": "  "}, "answers.E005"),
         ({"PROVIDER": "no.such.Provider"}, "answers.E006"),
         ({"SEARCH_BACKEND": "answers.nothing.Backend"}, "answers.E006"),
+        # Imported, but the first question would fail building or calling it.
+        ({"PROVIDER": "os.path"}, "answers.E009"),
+        ({"PROVIDER": "json.JSONDecoder"}, "answers.E009"),
+        ({"PROVIDER": "answers.providers.base.Provider"}, "answers.E009"),
+        ({"SEARCH_BACKEND": "answers.search.base"}, "answers.E009"),
+        ({"RERANKER": "answers.rerankers.RerankerError"}, "answers.E009"),
         ({"STREAM_LOG_TTL": 0}, "answers.E004"),
         ({"STREAM_POLL_INTERVAL": "soon"}, "answers.E003"),
         ({"STREAM_CACHE": "nowhere"}, "answers.E008"),
@@ -261,3 +267,68 @@ def test_unpooled_retrieval_threads_beyond_what_postgresql_allows_are_an_error(
     (error,) = check_database_connections(databases=["default"])
     assert error.id == "answers.E030" and f"leaves {allowed}" in error.msg
     assert "unpooled" in error.msg
+
+
+def test_a_channel_layer_that_cannot_be_built_is_an_error(settings):
+    from answers.checks import check_channel_layer
+
+    assert check_channel_layer() == []
+    # As with REDIS_URL set but the redis extra not installed.
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels_missing.core.RedisChannelLayer"}}
+    (error,) = check_channel_layer()
+    assert error.id == "answers.E014"
+    assert "channels_missing.core.RedisChannelLayer" in error.msg
+    assert "No module named 'channels_missing'" in error.msg
+    assert '".[redis]"' in error.hint
+
+
+NOBODY = "redis://127.0.0.1:1/0"  # a port nothing listens on
+
+
+def test_a_stream_cache_and_a_channel_layer_that_do_not_answer_are_errors(settings):
+    from answers.checks import check_stream_services
+
+    assert check_stream_services(databases=["default"]) == []  # the test settings' own
+    settings.CACHES = {
+        **settings.CACHES,
+        "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": NOBODY},
+    }
+    settings.CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [NOBODY]},
+        }
+    }
+    # Only when asked to connect (`check --database default`, `migrate`), as for the database.
+    assert check_stream_services(databases=None) == []
+    messages = check_stream_services(databases=["default"])
+    assert sorted(m.id for m in messages) == ["answers.E015", "answers.E016"]
+    assert all("REDIS_URL" in m.hint for m in messages)
+
+
+@pytest.mark.django_db
+def test_a_database_that_cannot_be_opened_is_one_error_naming_database_url(settings):
+    import copy
+
+    from django.db import connections
+
+    from answers.checks import check_database_connections, check_database_opens
+
+    assert check_database_opens(connection) == []
+    assert check_database_connections(databases=["default"]) == []
+    # A wrapper of its own over a copy: the settings of the real one stay as they are.
+    real = connections["default"]
+    unreachable = type(real)(copy.deepcopy(real.settings_dict), "default")
+    if connection.vendor == "sqlite":
+        unreachable.settings_dict["NAME"] = "/nonexistent-folder/db.sqlite3"
+        reason = "unable to open database file"
+    else:
+        unreachable.settings_dict["PORT"] = 1  # nothing listens there
+        unreachable.settings_dict["OPTIONS"].pop("pool", None)
+        reason = "Connection refused"
+    try:
+        (error,) = check_database_opens(unreachable)
+    finally:
+        unreachable.close()
+    assert error.id == "answers.E031" and reason in error.msg
+    assert "DATABASE_URL" in error.hint

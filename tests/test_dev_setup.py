@@ -23,6 +23,7 @@ def _settings(  # type: ignore[no-untyped-def]
     env_file: str | None,
     module: str = "config.settings",
     code: str = PRINT_DEBUG,
+    prelude: str = "",
     **env: str,
 ):
     clean = {
@@ -35,7 +36,7 @@ def _settings(  # type: ignore[no-untyped-def]
         clean["DJANGO_ENV_FILE"] = env_file
     clean["DATABASE_URL"] = f"sqlite:///{tmp_path / 'unused.sqlite3'}"
     return subprocess.run(
-        [sys.executable, "-c", f"import django; django.setup(); {code}"],
+        [sys.executable, "-c", f"{prelude}import django; django.setup(); {code}"],
         cwd=REPO_ROOT,
         env={**clean, **env},
         capture_output=True,
@@ -152,3 +153,60 @@ def test_persistent_connections_need_the_pool_off(tmp_path: Path) -> None:
     persistent = _postgres_settings(tmp_path, DATABASE_CONN_MAX_AGE="60", DATABASE_POOL_SIZE="0")
     assert persistent.returncode == 0, persistent.stderr
     assert persistent.stdout.split("\n")[0] == "None 60"
+
+
+ENGINE = "from django.conf import settings; print(settings.DATABASES['default']['ENGINE'])"
+
+
+def test_an_empty_database_url_is_the_default_sqlite_database(tmp_path: Path) -> None:
+    result = _settings(tmp_path, "", code=ENGINE, DJANGO_DEBUG="1", DATABASE_URL="")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "django.db.backends.sqlite3"
+
+
+@pytest.mark.parametrize(
+    "url", ["localhost/answers", "postgress://someone:secret@db/answers", "postgres://h:x/db"]
+)
+def test_a_database_url_that_cannot_be_read_is_named(tmp_path: Path, url: str) -> None:
+    result = _settings(tmp_path, "", code=ENGINE, DJANGO_DEBUG="1", DATABASE_URL=url)
+    assert result.returncode != 0
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("django.core.exceptions.ImproperlyConfigured: DATABASE_URL is not")
+    assert "postgres://user:password@host:5432/name" in last
+    assert "secret" not in result.stderr  # a password in the URL is not printed
+
+
+def test_a_postgresql_url_without_psycopg_says_which_extra_to_install(tmp_path: Path) -> None:
+    postgres = "postgres://someone@db.invalid:5432/answers"
+    assert _settings(tmp_path, "", code=ENGINE, DJANGO_DEBUG="1", DATABASE_URL=postgres).stdout
+    # psycopg as if not installed (the dev extras install it): importing it fails.
+    result = _settings(
+        tmp_path,
+        "",
+        code=ENGINE,
+        prelude="import sys; sys.modules['psycopg'] = None; ",
+        DJANGO_DEBUG="1",
+        DATABASE_URL=postgres,
+    )
+    assert result.returncode != 0
+    assert "DATABASE_URL names PostgreSQL, but psycopg is not installed" in result.stderr
+    assert '".[postgres]"' in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "says"),
+    [
+        ("DATABASE_POOL_SIZE", "ten", "DATABASE_POOL_SIZE must be a whole number, not 'ten'."),
+        ("CHANNEL_CAPACITY", "1e3", "CHANNEL_CAPACITY must be a whole number, not '1e3'."),
+        ("DJANGO_LOGIN_COOLOFF_MINUTES", "15m", "DJANGO_LOGIN_COOLOFF_MINUTES must be a number"),
+    ],
+)
+def test_a_variable_that_is_not_a_number_is_named(
+    tmp_path: Path, name: str, value: str, says: str
+) -> None:
+    result = _settings(tmp_path, "", DJANGO_DEBUG="1", **{name: value})
+    assert result.returncode != 0
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("django.core.exceptions.ImproperlyConfigured: " + says), last
+    # Empty is the default, as for the other variables.
+    assert _settings(tmp_path, "", DJANGO_DEBUG="1", **{name: ""}).returncode == 0

@@ -235,7 +235,7 @@ def test_the_layout_lists_every_module_one_line_each():
 
 # Calls that read an environment variable named by their first argument, and the keyword
 # that names one (``Setting(env=...)``, ``dj_database_url.config(env=...)``).
-_ENV_READERS = {"os.environ.get", "os.getenv", "env_bool", "env_list"}
+_ENV_READERS = {"os.environ.get", "os.getenv", "env_bool", "env_int", "env_float", "env_list"}
 
 
 def _environment_variables_read() -> set[str]:
@@ -329,3 +329,88 @@ def test_the_sources_panel_is_one_template_file():
     assert defining == ["answers/templates/answers/sources.html"], defining
     panels = (REPO_ROOT / "answers" / "panels.py").read_text()
     assert '"answers/sources.html#sources-panel"' in panels
+
+
+def _imports_outside_functions(tree: object) -> tuple[set[str], set[str]]:
+    """Top-level names of absolute imports: those run when the module is imported, and
+    those only inside a function (an optional extra's, imported when it is used)."""
+    import ast
+
+    eager: set[str] = set()
+    lazy: set[str] = set()
+
+    def visit(node: ast.AST, in_function: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            names: list[str] = []
+            if isinstance(child, ast.Import):
+                names = [alias.name for alias in child.names]
+            elif isinstance(child, ast.ImportFrom) and child.level == 0 and child.module:
+                names = [child.module]
+            (lazy if in_function else eager).update(name.split(".")[0] for name in names)
+            functions = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+            visit(child, in_function or isinstance(child, functions))
+
+    assert isinstance(tree, ast.AST)
+    visit(tree, False)
+    return eager, lazy
+
+
+def _installed_by(requirements: list[str]) -> set[str]:
+    """Every distribution `pip install` of these requirements brings (as installed here),
+    their own dependencies included, normalized."""
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    found: set[str] = set()
+    todo = [Requirement(text) for text in requirements]
+    while todo:
+        requirement = todo.pop()
+        name = canonicalize_name(requirement.name)
+        if name in found:
+            continue
+        found.add(name)
+        for text in metadata.requires(requirement.name) or []:
+            needed = Requirement(text)
+            extras = requirement.extras or {""}
+            if needed.marker is None or any(
+                needed.marker.evaluate({"extra": extra}) for extra in extras
+            ):
+                todo.append(needed)
+    return found
+
+
+def test_the_package_installs_every_library_the_code_imports():
+    """`make run` installs `.` alone (no dev extras, which bring more: pytest brings
+    Pygments), so everything answers/ and config/ import when loaded must come from the
+    dependencies, and what they import only when used from those or an optional extra.
+    The fresh-clone test above lends the copy the dev virtualenv and cannot see this."""
+    import ast
+    import tomllib
+    from importlib import metadata
+
+    from packaging.utils import canonicalize_name
+
+    project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
+    base = _installed_by(project["dependencies"])
+    extras = {
+        name: _installed_by(requirements)
+        for name, requirements in project["optional-dependencies"].items()
+        if name != "dev"
+    }
+    with_extras = base.union(*extras.values())
+    provided_by = metadata.packages_distributions()
+    missing = []
+    for folder in ("answers", "config"):
+        for path in sorted((REPO_ROOT / folder).rglob("*.py")):
+            eager, lazy = _imports_outside_functions(ast.parse(path.read_text()))
+            for module, allowed in [(name, base) for name in eager] + [
+                (name, with_extras) for name in lazy
+            ]:
+                if module in sys.stdlib_module_names or module in {"answers", "config"}:
+                    continue
+                distributions = {canonicalize_name(d) for d in provided_by.get(module, [])}
+                if not distributions & allowed:
+                    missing.append(f"{path.relative_to(REPO_ROOT)}: {module}")
+    assert not missing, f"imported but not installed by pyproject.toml: {missing}"

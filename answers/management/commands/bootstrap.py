@@ -17,7 +17,11 @@ class Command(BaseCommand):
     help = "Load the demo corpus if the corpus is empty, and make sure a staff login exists."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--username", default="admin")
+        parser.add_argument(
+            "--username",
+            default="admin",
+            help="The staff login to create when none exists, or to reset (default: admin).",
+        )
         parser.add_argument(
             "--reset-password",
             action="store_true",
