@@ -426,7 +426,9 @@ def _extract_plain(data: bytes, suffix: str) -> tuple[str | None, str]:
     if not body.strip():
         raise ExtractionError("file is empty")
     if suffix in _MARKDOWN_SUFFIXES:
-        return _markdown_title(body), body
+        # The title is read from the front matter; the rest of it is the site generator's
+        # (tags, layout, dates), not text anyone asks about or wants quoted as a source.
+        return _markdown_title(body), _without_front_matter(body)
     if suffix == ".rst":
         # Stored as Markdown like every body (ADR 0026); the title is read from the reST.
         return _rst_title(body), _normalize_body(rst_to_markdown(body))
@@ -440,6 +442,28 @@ _ATX_CLOSING = re.compile(r"(?:^|[ \t]+)#+$")
 _SETEXT = re.compile(r"^ {0,3}(?:(?P<h1>=+)|-+)[ \t]*$")
 # A paragraph starting like this is a list item, quote or HTML, never a setext heading.
 _NOT_SETEXT_TEXT = re.compile(r"^ {0,3}(?:[-+*](?:[ \t]|$)|\d{1,9}[.)](?:[ \t]|$)|>|<)")
+
+
+# A front matter block's lines: YAML keys, list items, comments, continuations, blanks.
+_FRONT_MATTER_LINE = re.compile(r"^(?:[\w.-]+[ \t]*:(?:[ \t].*)?|[ \t-].*|#.*|)$")
+
+
+def _without_front_matter(body: str) -> str:
+    """``body`` without a leading YAML front matter block (``---`` ... ``---`` or ``...``),
+    the way Jekyll, Hugo and MkDocs read it; a block whose lines are not YAML-like is
+    Markdown (a rule, then text) and stays, as does one that is the whole file."""
+    lines = body.split("\n")
+    if lines[0] != "---":
+        return body
+    for index in range(1, len(lines)):
+        if lines[index] in ("---", "..."):
+            rest = "\n".join(lines[index + 1 :]).lstrip("\n")
+            if not rest.strip():
+                return body
+            if all(_FRONT_MATTER_LINE.match(line) for line in lines[1:index]):
+                return rest
+            return body
+    return body
 
 
 def _markdown_title(body: str) -> str | None:

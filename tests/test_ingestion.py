@@ -112,7 +112,30 @@ def test_markdown_title_uses_front_matter() -> None:
     front = b"---\ntitle: 'From YAML'\ntags: [a]\n---\n\n# Heading\n"
     doc = extract_text(data=front, suffix=".md", fallback_title="f")
     assert doc.title == "From YAML"
-    assert doc.body.startswith("---\ntitle:")
+    # The rest of the front matter is the site generator's: not searched, not quoted.
+    assert doc.body == "# Heading"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "---\nA rule, then a paragraph\n---\n\nMore text.\n",  # a rule and a setext heading
+        "---\ntitle: Only front matter\n---\n",  # nothing else: kept, not empty
+        "---\ntitle: never closed\n\nText.\n",
+    ],
+)
+def test_markdown_that_is_not_front_matter_stays_as_written(text: str) -> None:
+    doc = extract_text(data=text.encode(), suffix=".md", fallback_title="f")
+    assert doc.body == text.rstrip("\n")
+
+
+def test_markdown_front_matter_of_any_yaml_shape_is_left_out() -> None:
+    front = (
+        '---\ntitle: "Onboarding handbook"\ntags:\n  - hr\n  - onboarding\n# a comment\n'
+        "summary: >\n  New staff read this first.\nmeta.date: 2026-01-05\n...\n\nWelcome aboard.\n"
+    )
+    doc = extract_text(data=front.encode(), suffix=".markdown", fallback_title="f")
+    assert (doc.title, doc.body) == ("Onboarding handbook", "Welcome aboard.")
 
 
 def test_markdown_without_heading_uses_fallback(tmp_path: Path) -> None:
