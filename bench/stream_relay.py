@@ -4,7 +4,7 @@ Every case generates the same answer with ``BurstProvider`` (``DELTAS`` short wo
 delay) for the same question, and the clock runs from the stored question to the last
 event a client gets (generation, citation rules and storing the answer included):
 
-- baseline: iterating ``AnswerRun.events()`` directly, as the JSON path does;
+- baseline: iterating ``AnswerRun.events()`` directly (the pipeline alone, as the CLI does);
 - ``answer_stream_start`` + one ``answer_stream_follow``, on the in-memory channel layer
   and the local-memory cache (the single-process default, as config/settings.py builds
   it without ``REDIS_URL``);
