@@ -605,7 +605,8 @@ async def stored_done(*, answer_id: int, user: User) -> DoneEvent:
 async def answer_question(
     *, user: User, question: object, conversation_id: uuid.UUID | None = None
 ) -> DoneEvent | ErrorEvent:
-    """Run the whole pipeline and return its last event (the JSON path and the CLI)."""
+    """Run the whole pipeline here and return its last event (tests; the JSON API asks
+    through ``streams.answer_stream_complete``)."""
     run = await start_answer(user=user, question=question, conversation_id=conversation_id)
     last: DoneEvent | ErrorEvent | None = None
     async for event in run.events():
