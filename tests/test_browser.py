@@ -167,6 +167,27 @@ def test_a_question_asked_while_the_server_is_unreachable_is_sent_when_it_is_bac
     assert unexpected_errors(slow_page) == []
 
 
+def test_back_online_the_page_reconnects_at_once(slow_page: Page, asker) -> None:  # type: ignore[no-untyped-def]
+    log_in(slow_page, "asker", "pw-asker")
+    turn = start_asking(slow_page, QUESTION)
+    server_down(slow_page)
+    # Refused three times: the back-off has doubled, the next try is seconds away.
+    slow_page.wait_for_function("() => window.__sockets.length >= 4", timeout=30_000)
+    server_up(slow_page)
+    tried = slow_page.evaluate(
+        """() => {
+          const before = window.__sockets.length;
+          window.dispatchEvent(new Event("online"));
+          return window.__sockets.length - before;
+        }"""
+    )
+    assert tried == 1  # at once, not at the end of the back-off
+    expect(turn.locator("[data-answer]")).to_have_attribute(
+        "data-answer-state", "done", timeout=30_000
+    )
+    expect(slow_page.locator("[data-ask-status]")).not_to_contain_text("Reconnecting")
+
+
 def test_stop_pressed_while_the_connection_is_down_stops_the_answer(slow_page: Page, asker) -> None:  # type: ignore[no-untyped-def]
     from answers.models import Answer
 

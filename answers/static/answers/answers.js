@@ -57,6 +57,7 @@
   function answerSocket(handlers) {
     var socket = null;
     var delay = 1000;
+    var retry = null;
     var self = {
       send: function (message) {
         if (socket && socket.readyState === WebSocket.OPEN) {
@@ -67,6 +68,7 @@
       },
     };
     function connect() {
+      retry = null;
       var scheme = window.location.protocol === "https:" ? "wss://" : "ws://";
       socket = new WebSocket(scheme + window.location.host + "/ws/answers/");
       socket.addEventListener("open", function () {
@@ -82,10 +84,17 @@
           return;
         }
         handlers.onLost();
-        window.setTimeout(connect, delay);
+        retry = window.setTimeout(connect, delay);
         delay = Math.min(delay * 2, 10000);
       });
     }
+    // Back online: try now, not at the end of a back-off that may have grown to 10 s.
+    window.addEventListener("online", function () {
+      if (retry === null) return;
+      window.clearTimeout(retry);
+      delay = 1000;
+      connect();
+    });
     connect();
     return self;
   }
