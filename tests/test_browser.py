@@ -171,8 +171,12 @@ def test_back_online_the_page_reconnects_at_once(slow_page: Page, asker) -> None
     log_in(slow_page, "asker", "pw-asker")
     turn = start_asking(slow_page, QUESTION)
     server_down(slow_page)
-    # Refused three times: the back-off has doubled, the next try is seconds away.
-    slow_page.wait_for_function("() => window.__sockets.length >= 4", timeout=30_000)
+    # Refused three times: the back-off has doubled, the next try is seconds away (the
+    # last refused socket closed, so the page is waiting to try again).
+    slow_page.wait_for_function(
+        "() => window.__sockets.length >= 4 && window.__sockets.at(-1).readyState === 3",
+        timeout=30_000,
+    )
     server_up(slow_page)
     tried = slow_page.evaluate(
         """() => {

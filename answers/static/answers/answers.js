@@ -88,11 +88,12 @@
         delay = Math.min(delay * 2, 10000);
       });
     }
-    // Back online: try now, not at the end of a back-off that may have grown to 10 s.
+    // Back online: try now, not at the end of a back-off that may have grown to 10 s (a
+    // try under way when it comes, if it fails, retries after the first step, 1 s).
     window.addEventListener("online", function () {
+      delay = 1000;
       if (retry === null) return;
       window.clearTimeout(retry);
-      delay = 1000;
       connect();
     });
     connect();
