@@ -176,7 +176,9 @@ async def _rest_of_a_finished(
         return [settled]  # expired meanwhile
     rest = [event for event in logged if event.seq is not None and event.seq > after]
     if rest and rest[-1].terminal:
-        rest[-1] = await _as_shown_now(rest[-1], answer_id=answer_id, user=user)
+        if isinstance(rest[-1].event, DoneEvent):
+            # As _as_shown_now, from the store's `done` just read (not a second read).
+            rest[-1] = StreamEvent(seq=rest[-1].seq, event=settled.event)
         return rest
     if not rest and logged and logged[0].seq == after and logged[0].terminal:
         return []  # the client has the `done` already
