@@ -131,6 +131,9 @@ AXES_RESET_ON_SUCCESS = True
 AXES_CLIENT_IP_CALLABLE = "config.auth.login_client_ip"
 AXES_LOCKOUT_CALLABLE = "config.auth.login_locked_out"
 AXES_HTTP_RESPONSE_CODE = 429
+# Not verbose: no "AXES: BEGIN version ..." line at every process start (each manage.py
+# command, each ingest worker), and lockout lines name only what locks (username and IP).
+AXES_VERBOSE = False
 
 ROOT_URLCONF = "config.urls"
 # A refused form gets the site's page that says why and what to do (config/views.py).

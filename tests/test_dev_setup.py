@@ -74,6 +74,14 @@ def test_without_an_env_file_production_still_needs_a_real_key(tmp_path):
     assert "DEBUG False" in result.stdout
 
 
+def test_a_command_starts_without_a_banner_on_stderr(tmp_path, dev_env):
+    # An operator's command prints only what it has to say (django-axes printed its
+    # version at every process start).
+    result = _settings(tmp_path, dev_env)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+
+
 def test_the_test_settings_read_no_env_file(tmp_path, dev_env):
     result = _settings(tmp_path, dev_env, module="tests.settings")
     assert result.returncode == 0, result.stderr
