@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import typing
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator
@@ -11,7 +12,6 @@ from contextlib import aclosing
 from datetime import datetime
 from typing import Any, Literal
 
-from asgiref.sync import sync_to_async
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from ninja import Field, NinjaAPI, Path, Query, Schema, Status
@@ -19,8 +19,11 @@ from pydantic import create_model, field_validator
 
 from . import pipeline, presenters, selectors, services, streams
 from .auth import api_auth
+from .events import ErrorEvent
 from .models import Answer
 from .types import AnswerPayload, Reference
+
+logger = logging.getLogger(__name__)
 
 api = NinjaAPI(
     title="Cited Answers",
@@ -230,7 +233,7 @@ async def create_answer(request: HttpRequest, payload: AskIn) -> Any:
             question=payload.question,
             conversation_id=payload.conversation_id,
         )
-        return _event_stream(asked.events)
+        return _event_stream(asked.events, answer_id=asked.answer_id)
     last = await streams.answer_stream_complete(
         user=request.auth,  # type: ignore[attr-defined]
         question=payload.question,
@@ -243,27 +246,46 @@ async def create_answer(request: HttpRequest, payload: AskIn) -> Any:
     return last.answer.to_dict()
 
 
-def _event_stream(events: AsyncGenerator[streams.StreamEvent, None]) -> StreamingHttpResponse:
-    response = StreamingHttpResponse(_server_sent_events(events), content_type="text/event-stream")
+def _event_stream(
+    events: AsyncGenerator[streams.StreamEvent, None], *, answer_id: int
+) -> StreamingHttpResponse:
+    response = StreamingHttpResponse(
+        _server_sent_events(events, answer_id=answer_id), content_type="text/event-stream"
+    )
     response["Cache-Control"] = "no-store, no-cache"
     response["X-Accel-Buffering"] = "no"  # nginx and friends: do not buffer the stream
     return response
 
 
 async def _server_sent_events(
-    events: AsyncGenerator[streams.StreamEvent, None],
+    events: AsyncGenerator[streams.StreamEvent, None], *, answer_id: int
 ) -> AsyncIterator[str]:
-    async with aclosing(events):
-        async for event in events:
-            data = json.dumps(event.event.to_dict(), separators=(",", ":"))
-            # The stored result of a finished answer has no place in the stream: no id.
-            event_id = f"id: {event.seq}\n" if event.seq is not None else ""
-            yield f"{event_id}event: {event.event.type}\ndata: {data}\n\n"
+    try:
+        async with aclosing(events):
+            async for event in events:
+                yield _server_sent_event(event)
+    except pipeline.AskRefused as exc:
+        # Refused once the stream has begun (Redis gone, the answer deleted): too late for
+        # a status, so the stream's last word, as the socket sends it. An exception here
+        # would leave the client's connection open with nothing more to come.
+        error = ErrorEvent(exc.message, answer_id=answer_id, code=exc.code)
+        yield _server_sent_event(streams.StreamEvent(seq=None, event=error))
+    except Exception:
+        logger.exception("Streaming answer %s failed", answer_id)
+        error = ErrorEvent(pipeline.GENERIC_ERROR, answer_id=answer_id, code="failed")
+        yield _server_sent_event(streams.StreamEvent(seq=None, event=error))
+
+
+def _server_sent_event(event: streams.StreamEvent) -> str:
+    data = json.dumps(event.event.to_dict(), separators=(",", ":"))
+    # The stored result of a finished answer has no place in the stream: no id.
+    event_id = f"id: {event.seq}\n" if event.seq is not None else ""
+    return f"{event_id}event: {event.event.type}\ndata: {data}\n\n"
 
 
 @api.get(
     "/answers/{answer_id}/events",
-    response={200: None, 404: ErrorOut, 422: InvalidOut},
+    response={200: None, 404: ErrorOut, 422: InvalidOut, 503: ErrorOut},
     summary="Follow an answer's stream",
 )
 async def follow_answer(
@@ -275,7 +297,9 @@ async def follow_answer(
     after sequence number `after` or the `Last-Event-ID` header an EventSource sends when
     it reconnects, whichever is later (from the start without either), live until its
     `done` or `error`. For an answer that finished long ago, its stored result as one
-    `done` event without an id.
+    `done` event without an id. Refused as JSON before any event (404; 503 while the
+    channel layer is unreachable); a stream that cannot go on (Redis gone mid-stream) ends
+    with an `error` event without an id (code `unavailable`): resume from the last id.
     """
     header = request.headers.get("Last-Event-ID", "").strip()
     if header and not (header.isascii() and header.isdigit() and len(header) < 19):
@@ -284,19 +308,20 @@ async def follow_answer(
     # later of the two is what the client has, or every reconnect would repeat N+1...
     after = max(after or 0, int(header) if header else 0)
     user = request.auth  # type: ignore[attr-defined]
-    # Refused as JSON before the stream starts.
-    await sync_to_async(selectors.answer_get_for_user)(answer_id=answer_id, user=user)
-    return _event_stream(streams.answer_stream_follow(answer_id=answer_id, user=user, after=after))
+    # Refused as JSON before the stream starts (not yours: 404; Redis unreachable: 503).
+    events = await streams.answer_stream_open(answer_id=answer_id, user=user, after=after)
+    return _event_stream(events, answer_id=answer_id)
 
 
 @api.post(
     "/answers/{answer_id}/stop",
-    response={202: StopOut, 404: ErrorOut, 409: ConflictOut, 422: InvalidOut},
+    response={202: StopOut, 404: ErrorOut, 409: ConflictOut, 422: InvalidOut, 503: ErrorOut},
     summary="Stop an answer being generated",
 )
 async def stop_answer(request: HttpRequest, answer_id: int = Path(..., ge=1, le=MAX_ID)) -> Any:
     """Stop one of your answers wherever it is being generated; what was written so far is
-    kept (status `interrupted`), and its stream ends with that `done`."""
+    kept (status `interrupted`), and its stream ends with that `done`. 503 when the stop
+    cannot reach the process generating it (the channel layer unreachable)."""
     user = request.auth  # type: ignore[attr-defined]
     await streams.answer_stream_stop(answer_id=answer_id, user=user)
     return Status(202, {"answer_id": answer_id, "status": "stopping"})

@@ -48,13 +48,14 @@ from .refusals import (
     BUSY_RETRY_AFTER,
     DRAINING_MESSAGE,
     DRAINING_RETRY_AFTER,
+    UNAVAILABLE_MESSAGE,
     AnswerNotFound,
     AnswerNotStreaming,
     ServerBusy,
     ServerDraining,
     StreamUnavailable,
 )
-from .relay import answer_stream_follow, follow_here, stored
+from .relay import answer_stream_follow, answer_stream_open, follow_here, stored
 
 __all__ = [
     "ABANDONED_MESSAGE",
@@ -62,6 +63,7 @@ __all__ = [
     "BUSY_RETRY_AFTER",
     "DRAINING_MESSAGE",
     "DRAINING_RETRY_AFTER",
+    "UNAVAILABLE_MESSAGE",
     "AnswerNotFound",
     "AnswerNotStreaming",
     "AskedStream",
@@ -73,6 +75,7 @@ __all__ = [
     "answer_stream_begin",
     "answer_stream_complete",
     "answer_stream_follow",
+    "answer_stream_open",
     "answer_stream_start",
     "answer_stream_stop",
     "answer_streams_check_accepting",

@@ -35,6 +35,7 @@ from .refusals import (
     BUSY_RETRY_AFTER,
     DRAINING_MESSAGE,
     DRAINING_RETRY_AFTER,
+    UNAVAILABLE_MESSAGE,
     AnswerNotStreaming,
     ServerBusy,
     ServerDraining,
@@ -270,9 +271,7 @@ async def answer_stream_start(*, run: pipeline.AnswerRun) -> None:
     except Exception:
         logger.exception("The stream of answer %s could not start", answer_id)
         await run.fail("the channel layer could not be reached")
-        raise StreamUnavailable(
-            "Answers cannot be streamed right now. Please try again shortly."
-        ) from None
+        raise StreamUnavailable(UNAVAILABLE_MESSAGE) from None
     except asyncio.CancelledError:
         # The asker left while the listener was being set up: the answer is stored as
         # streaming and nothing would ever generate or end it. Stored as failed (shielded:
@@ -373,9 +372,14 @@ async def answer_stream_stop(*, answer_id: int, user: Any) -> None:
         local.on_stop()  # generated here
     elif layer_is_shared():
         stream = stream_name(answer)
-        await control_send(stream=stream, kind=STOP)
-        # And where a process of the previous version listens, during a rolling deploy.
-        await layer().group_send(f"answers.control.{stream}", {"type": STOP})
+        try:
+            await control_send(stream=stream, kind=STOP)
+            # And where a process of the previous version listens, during a rolling deploy.
+            await layer().group_send(f"answers.control.{stream}", {"type": STOP})
+        except Exception:
+            # Redis away: the stop reached no one; the owner is told so and may try again.
+            logger.exception("Stopping answer %s failed", answer_id)
+            raise StreamUnavailable(UNAVAILABLE_MESSAGE) from None
 
 
 async def answer_streams_drain(*, grace: float) -> None:

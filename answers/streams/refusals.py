@@ -13,6 +13,7 @@ DRAINING_MESSAGE = "This server is restarting. Please ask again in a moment."
 DRAINING_RETRY_AFTER = 2
 BUSY_MESSAGE = "This server is answering as many questions as it can. Please ask again shortly."
 BUSY_RETRY_AFTER = 2
+UNAVAILABLE_MESSAGE = "Answers cannot be streamed right now. Please try again shortly."
 
 
 class AnswerNotFound(pipeline.AskRefused):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from typing import Any
@@ -28,7 +29,14 @@ from .log import (
     log_read,
     stream_name,
 )
-from .refusals import ABANDONED_MESSAGE, answer_for_follower
+from .refusals import (
+    ABANDONED_MESSAGE,
+    UNAVAILABLE_MESSAGE,
+    StreamUnavailable,
+    answer_for_follower,
+)
+
+logger = logging.getLogger("answers.streams")
 
 
 def _settled_sync(answer_id: int, user: Any) -> Event | None:
@@ -134,29 +142,46 @@ async def follow_here(
         local.queues.discard(queue)
 
 
-async def answer_stream_follow(
+async def answer_stream_open(
     *, answer_id: int, user: Any, after: int = 0
 ) -> AsyncGenerator[StreamEvent, None]:
-    """Every event of ``answer_id``'s stream after sequence number ``after``, live, ending
-    with its ``done`` or ``error``. Only the answer's owner may follow it."""
-    # Refused before subscribing.
+    """``answer_stream_follow``'s events, with its refusals raised now, before any event:
+    not the owner's (``AnswerNotFound``), or the channel layer unreachable
+    (``StreamUnavailable``). A transport that answers with a status (SSE) opens here."""
     answer, withheld = await sync_to_async(_follower_check_sync)(answer_id, user)
     if withheld is not None:
         # The log holds the text as it was streamed: the follower gets only the notice.
-        yield withheld
-        return
+        return _only(withheld)
     stream = stream_name(answer)
     local = local_streams.get(stream)
     if local is not None:
-        events = follow_here(local, answer_id=answer_id, user=user, after=after)
-    else:
-        channel_layer = layer()
-        channel = await channel_layer.new_channel()
+        return follow_here(local, answer_id=answer_id, user=user, after=after)
+    channel_layer = layer()
+    channel = await channel_layer.new_channel()
+    try:
         await channel_layer.group_add(answer_group(stream), channel)
         # Subscribed, then said so, then the log is read: whatever the generating process
         # publishes before it hears of this follower is in the log.
         await stream_announce_follower(stream)
-        events = _relay(channel_layer, channel, stream, answer_id=answer_id, user=user, after=after)
+    except Exception:
+        logger.exception("Following answer %s: the channel layer could not be reached", answer_id)
+        with contextlib.suppress(Exception):
+            await channel_layer.group_discard(answer_group(stream), channel)
+        raise StreamUnavailable(UNAVAILABLE_MESSAGE) from None
+    return _relay(channel_layer, channel, stream, answer_id=answer_id, user=user, after=after)
+
+
+async def _only(event: StreamEvent) -> AsyncGenerator[StreamEvent, None]:
+    yield event
+
+
+async def answer_stream_follow(
+    *, answer_id: int, user: Any, after: int = 0
+) -> AsyncGenerator[StreamEvent, None]:
+    """Every event of ``answer_id``'s stream after sequence number ``after``, live, ending
+    with its ``done`` or ``error``. Only the answer's owner may follow it. Refusals
+    (``pipeline.AskRefused``) are raised from the iteration, before or between events."""
+    events = await answer_stream_open(answer_id=answer_id, user=user, after=after)
     async with aclosing(events):
         async for event in events:
             yield event
@@ -269,6 +294,13 @@ async def _relay(
                 last = event.seq
                 if event.terminal:
                     return
+    except pipeline.AskRefused:
+        raise
+    except Exception:
+        # Redis (the layer or the log) gone mid-stream: the follower is told, and may
+        # resume from its last ``seq`` once it is back, rather than wait on a dead read.
+        logger.exception("Following answer %s failed", answer_id)
+        raise StreamUnavailable(UNAVAILABLE_MESSAGE) from None
     finally:
         await end_receive(channel_layer, channel, pending)
         with contextlib.suppress(Exception):
