@@ -24,6 +24,7 @@ from asgiref.sync import sync_to_async
 from django.db import connections
 
 from answers import pipeline
+from answers.models import Answer
 from tests.helpers import assert_json_error, bearer_headers, start
 from tests.live import LiveServer, run_live_server
 from tests.sockets import live_receive_until_final, live_socket, session_cookie
@@ -187,3 +188,30 @@ async def test_a_socket_following_an_answer_when_redis_goes_away_is_told_so(
         assert messages[-1].get("code") != "unavailable"
     finally:
         await socket_.close()
+
+
+def test_an_answer_whose_redis_goes_away_is_stored_as_interrupted_and_its_asker_told(
+    server, redis, asker
+) -> None:  # type: ignore[no-untyped-def]
+    auth = bearer_headers(asker)
+    logged_from = server.log_size()
+    with (
+        httpx.Client(base_url=server.url, timeout=20.0) as client,
+        client.stream(
+            "POST", "/api/answers", json={"question": QUESTION}, headers={**SSE, **auth}
+        ) as response,
+    ):
+        assert response.status_code == 200
+        lines = response.iter_lines()
+        for line in lines:
+            if line.startswith("event: token"):
+                break  # the answer is being written
+        redis.stop()
+        rest = [line for line in lines if line.startswith("event: ")]
+    # The asker's stream ends with a last word, and what was written is kept.
+    assert rest[-1] == "event: done"
+    answer = Answer.objects.get()
+    assert answer.status == Answer.Status.INTERRUPTED
+    # One clear error in the server's log, not a task whose failure nobody read.
+    time.sleep(0.5)
+    assert "Task exception was never retrieved" not in server.log_since(logged_from)

@@ -353,7 +353,10 @@ async def _produce(run: pipeline.AnswerRun, publisher: Publisher) -> None:
         # A bug, not a provider failure (the pipeline turns those into an error event):
         # followers still get a last word.
         logger.exception("Generating answer %s failed", run.answer.pk)
-        if not publisher.finished:
+        # Not when publishing itself failed (Redis gone): it would raise that again, out of
+        # a task nobody reads. The pipeline, closed, has stored the partial answer as
+        # interrupted, and followers here get that from the store (follow_here).
+        if not publisher.finished and publisher.failure is None:
             await publisher.publish(
                 ErrorEvent(
                     pipeline.GENERIC_ERROR, answer_id=run.answer.pk, code="generation_failed"
