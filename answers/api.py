@@ -186,7 +186,11 @@ def _still_streaming(request: HttpRequest, exc: services.AnswerStillStreaming) -
 
 
 @api.exception_handler(selectors.NotFound)
-def _not_found(request: HttpRequest, exc: selectors.NotFound) -> HttpResponse:
+@api.exception_handler(streams.AnswerNotFound)
+def _not_found(
+    request: HttpRequest, exc: selectors.NotFound | streams.AnswerNotFound
+) -> HttpResponse:
+    # One body for every answer that is missing or not yours, whichever route refuses it.
     return _error(request, code=exc.code, message="Not found.")
 
 
