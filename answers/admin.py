@@ -15,7 +15,7 @@ from django.contrib import admin, messages
 from django.contrib.admin.options import IncorrectLookupParameters
 from django.contrib.admin.views.main import ChangeList
 from django.contrib.auth.models import AnonymousUser
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import BadRequest, PermissionDenied
 from django.db.models import Count, QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
@@ -23,6 +23,7 @@ from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
+from django.utils.text import smart_split
 
 from . import presenters, selectors, services
 from .conf import answers_settings
@@ -33,24 +34,68 @@ from .support import SUPPORTED
 GAP_DAYS, MAX_GAP_DAYS = 30, 366  # the content-gap report's default and longest period
 
 
+# More words than anyone types into a search box; SQLite cannot nest a thousand (each is
+# an AND of its own), and every one is a scan of the searched columns.
+SEARCH_WORDS_MAX = 64
+# Lookups no screen of the admin makes, whose pattern the database compiles and runs on
+# every row: a malformed one is a database error, a backtracking one stalls a worker.
+REFUSED_LOOKUPS = frozenset({"regex", "iregex"})
+BAD_LIST_MESSAGE = "This list cannot be filtered or searched that way ({}); here it is in full."
+
+
+class BadListQuery(IncorrectLookupParameters, BadRequest):
+    """A filter or search the admin cannot run. The changelist catches it as
+    ``IncorrectLookupParameters`` (its "?e=1" redirect); any other view that searches the
+    same querysets (the autocomplete) answers 400, as Django does for ``BadRequest``."""
+
+
 class CheckedChangeList(ChangeList):
     """A changelist whose bad filter values get the admin's "?e=1" page, never a 500:
     Django's date hierarchy computes the end of a year, month or day it was given without
-    a range check (``created_at__year=9999``: ValueError; a huge year: OverflowError), and
-    PostgreSQL refuses a NUL in a text value (``?status__exact=%00``: DataError)."""
+    a range check (``created_at__year=9999``: ValueError; a huge year: OverflowError),
+    PostgreSQL refuses a NUL in a text value (``?status__exact=%00``: DataError), SQLite
+    cannot bind an integer past 64 bits (``?question=99…9``: OverflowError, when the count
+    runs), and a regex lookup runs a pattern in the database."""
 
     def get_filters(self, request: HttpRequest) -> Any:
         if any("\x00" in value for _, values in request.GET.lists() for value in values):
-            raise IncorrectLookupParameters("a filter value holds a NUL character")
+            raise BadListQuery("a value holds a NUL character")
+        if any(key.rsplit("__", 1)[-1] in REFUSED_LOOKUPS for key in request.GET):
+            raise BadListQuery("a pattern lookup")
         try:
             return super().get_filters(request)
         except (ValueError, OverflowError) as exc:
             raise IncorrectLookupParameters(exc) from exc
 
+    def get_results(self, request: HttpRequest) -> None:
+        try:
+            super().get_results(request)
+        except OverflowError as exc:  # raised binding the value, before the database runs
+            raise BadListQuery("a number out of range") from exc
+
 
 class CheckedChangeListMixin:
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
         return CheckedChangeList
+
+    def get_changelist_instance(self, request: HttpRequest) -> ChangeList:
+        try:
+            return super().get_changelist_instance(request)  # type: ignore[misc]
+        except IncorrectLookupParameters as exc:
+            # The admin redirects to the whole list ("?e=1") and says nothing: say why.
+            reason = str(exc) if isinstance(exc, BadListQuery) else "a value it cannot use"
+            messages.error(request, BAD_LIST_MESSAGE.format(reason))
+            raise
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[Any], search_term: str
+    ) -> tuple[QuerySet[Any], bool]:
+        # The changelist's filters checked its "q" already; the autocomplete's "term" not.
+        if "\x00" in search_term:
+            raise BadListQuery("a value holds a NUL character")
+        if len(list(smart_split(search_term))) > SEARCH_WORDS_MAX:
+            raise BadListQuery(f"a search of more than {SEARCH_WORDS_MAX} words")
+        return super().get_search_results(request, queryset, search_term)  # type: ignore[misc]
 
 
 class FeedbackInline(admin.TabularInline):
