@@ -11,6 +11,7 @@ import csv
 from datetime import timedelta
 from typing import Any
 
+from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.options import IncorrectLookupParameters
 from django.contrib.admin.views.main import ChangeList
@@ -454,8 +455,20 @@ class AnswerAdmin(CheckedChangeListMixin, admin.ModelAdmin):
         return answer
 
 
+class DocumentForm(forms.ModelForm):
+    def clean(self) -> dict[str, Any]:
+        cleaned: dict[str, Any] = super().clean() or {}
+        if "access" in cleaned and "groups" in cleaned:
+            try:
+                services.document_check_access(access=cleaned["access"], groups=cleaned["groups"])
+            except services.DocumentAccessInvalid as exc:
+                self.add_error("groups", str(exc))
+        return cleaned
+
+
 @admin.register(Document)
 class DocumentAdmin(CheckedChangeListMixin, admin.ModelAdmin):
+    form = DocumentForm
     list_display = ("title", "access", "chunk_count", "source_key", "updated_at")
     list_filter = ("access", "groups")
     search_fields = ("title", "source_key", "url")
@@ -497,7 +510,16 @@ class DocumentAdmin(CheckedChangeListMixin, admin.ModelAdmin):
         return reverse("answers:document", kwargs={"document_id": obj.pk})
 
     def save_model(self, request: HttpRequest, obj: Document, form: Any, change: bool) -> None:
-        services.document_save(document=obj, chunk_size=int(answers_settings.CHUNK_SIZE))
+        # The groups with the access, through the service (not the form's save_m2m).
+        services.document_save(
+            document=obj,
+            chunk_size=int(answers_settings.CHUNK_SIZE),
+            groups=form.cleaned_data.get("groups"),
+        )
+
+    def save_related(self, request: HttpRequest, form: Any, formsets: Any, change: bool) -> None:
+        for formset in formsets:  # none today; the groups were saved by save_model
+            self.save_formset(request, form, formset, change=change)
 
 
 @admin.register(ApiToken)

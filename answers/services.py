@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import math
 import secrets
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
@@ -815,8 +815,30 @@ def search_index_maintain() -> None:
         maintain()
 
 
-def document_save(*, document: Document, chunk_size: int) -> Document:
-    """Save an edited document, re-chunking when its body changed."""
+class DocumentAccessInvalid(Exception):
+    """Groups chosen for a document open to everyone: they would restrict nothing."""
+
+
+def document_check_access(*, access: str, groups: Iterable[Group]) -> None:
+    """Groups restrict a document only with ``Access.GROUPS``; chosen while it is open to
+    everyone they are ignored, and whoever chose them believes it restricted. Raises
+    ``DocumentAccessInvalid``. (Groups access with no group is allowed: nobody but a
+    reviewer of everything sees it, a way to hold a document back.)"""
+    if access == Document.Access.EVERYONE and any(True for _ in groups):
+        raise DocumentAccessInvalid(
+            "Groups restrict nothing while the document is open to everyone: choose "
+            "“Members of the chosen groups”, or clear the groups."
+        )
+
+
+def document_save(
+    *, document: Document, chunk_size: int, groups: Iterable[Group] | None = None
+) -> Document:
+    """Save an edited document, re-chunking when its body changed; ``groups``: who may
+    view it, set with its access in the same transaction (``document_check_access``)."""
+    if groups is not None:
+        groups = list(groups)
+        document_check_access(access=document.access, groups=groups)
     digest = content_hash(document.body)
     changed = document.pk is None or digest != document.content_hash
     document.content_hash = digest
@@ -829,6 +851,8 @@ def document_save(*, document: Document, chunk_size: int) -> Document:
         document.save()
         if changed:
             _document_replace_chunks(document=document, spans=spans)
+        if groups is not None:
+            document.groups.set(groups)
     return document
 
 

@@ -462,6 +462,63 @@ def test_adding_a_document_chunks_it_and_makes_it_searchable(admin_client):  # t
     assert hits and Chunk.objects.get(pk=hits[0].chunk_id).document_id == document.pk
 
 
+def _document_form(document: Document, **fields: object) -> dict[str, object]:
+    data: dict[str, object] = {
+        "title": document.title,
+        "url": document.url,
+        "source_key": document.source_key,
+        "access": document.access,
+        "groups": [g.pk for g in document.groups.all()],
+        "body": document.body,
+    }
+    data.update(fields)
+    return data
+
+
+def test_groups_chosen_while_open_to_everyone_are_refused_not_ignored(admin_client):  # type: ignore[no-untyped-def]
+    """Groups restrict only with "Members of the chosen groups": choosing a group and
+    leaving access at "Everyone" used to save, and the document stayed open to everyone."""
+    from django.contrib.auth.models import Group
+
+    document = Document.objects.get(source_key="python-docs:lambda")
+    vault = Group.objects.get_or_create(name="vault")[0]
+    url = reverse("admin:answers_document_change", args=[document.pk])
+    form = _document_form(document, title="Lambdas, restricted?", groups=[vault.pk])
+    response = admin_client.post(url, form)
+    assert response.status_code == 200  # the form again, with what was typed and an error
+    html = response.content.decode()
+    assert "Members of the chosen groups" in html and "restrict nothing" in html
+    assert 'value="Lambdas, restricted?"' in html
+    document.refresh_from_db()
+    assert document.title != "Lambdas, restricted?" and not document.groups.exists()
+
+    # Saying so restricts it: an outsider no longer lists it.
+    form["access"] = Document.Access.GROUPS
+    assert admin_client.post(url, form).status_code == 302
+    document.refresh_from_db()
+    assert document.access == Document.Access.GROUPS
+    assert list(document.groups.all()) == [vault]
+
+
+def test_document_save_sets_the_groups_with_the_access(db):  # type: ignore[no-untyped-def]
+    """The admin's one write of a document's access (its fields and its groups together)."""
+    from django.contrib.auth.models import Group
+
+    vault = Group.objects.get_or_create(name="vault")[0]
+    document = Document.objects.get(source_key="python-docs:lambda")
+    with pytest.raises(services.DocumentAccessInvalid):
+        services.document_save(document=document, chunk_size=1200, groups=[vault])
+    assert not Document.objects.get(pk=document.pk).groups.exists()
+    document.access = Document.Access.GROUPS
+    services.document_save(document=document, chunk_size=1200, groups=[vault])
+    stored = Document.objects.get(pk=document.pk)
+    assert stored.access == Document.Access.GROUPS and list(stored.groups.all()) == [vault]
+    outsider = staff_reviewer("outsider2")
+    from answers import selectors
+
+    assert not selectors.document_list_visible(user=outsider).filter(pk=document.pk).exists()
+
+
 # -------------------------------------------------------------------------- API tokens
 
 
