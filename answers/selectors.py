@@ -453,8 +453,7 @@ def answer_admin_queryset(*, reviewer: AnyUser) -> QuerySet[Answer]:
     retrieved = Q()
     if not user_may_review_all(user=reviewer):
         answers = answers.exclude(answer_withheld_q(user=reviewer))
-        visible = document_list_visible(user=reviewer).values("pk")
-        retrieved = Q(question__retrieved_sources__document__in=visible)
+        retrieved = _reviewable_sources_q(reviewer=reviewer, path="question__retrieved_sources__")
     return answers.select_related("question", "question__user").annotate(
         retrieved_count=Count("question__retrieved_sources", filter=retrieved, distinct=True),
         cited_count=Count(
@@ -464,6 +463,17 @@ def answer_admin_queryset(*, reviewer: AnyUser) -> QuerySet[Answer]:
         ),
         feedback_up=Count("feedback", filter=Q(feedback__rating="up"), distinct=True),
         feedback_down=Count("feedback", filter=Q(feedback__rating="down"), distinct=True),
+    )
+
+
+def _reviewable_sources_q(*, reviewer: AnyUser, path: str = "") -> Q:
+    """Retrieval records (at ``path``) a reviewer may see: from a document they may view
+    now, or from one deleted since that everyone could view when the answer was written
+    (its snapshot stays readable, ADR 0022; the rule of ``_hidden_prompt_sources``). A
+    document's title is never empty, so an empty one is the outer join finding no row."""
+    visible = document_list_visible(user=reviewer).values("pk")
+    return Q(**{f"{path}document__in": visible}) | Q(
+        **{f"{path}document_public": True, f"{path}document__title__isnull": True}
     )
 
 
@@ -477,7 +487,7 @@ def retrieved_sources_for_review(*, question_id: int, reviewer: AnyUser) -> list
         .order_by("rank")
     )
     if not user_may_review_all(user=reviewer):
-        rows = rows.filter(document__in=document_list_visible(user=reviewer).values("pk"))
+        rows = rows.filter(_reviewable_sources_q(reviewer=reviewer))
     return list(rows)
 
 

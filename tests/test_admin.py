@@ -654,6 +654,7 @@ VAULT_QUESTION = "Where does the Nightjar zeppelin launch from?"
 VAULT_SECRET = "hangar nine"  # quoted by the answer, only the vault memo has it
 VAULT_TITLES = ("Project Nightjar launch plan", "Nightjar zeppelin hangar safety")
 VAULT_FEEDBACK = "Nightjar feedback: check the mooring mast"
+OSPREY = "Ospreys nest on tall dead trees near water. An osprey nest is reused for years."
 
 
 @pytest.fixture
@@ -782,6 +783,39 @@ def test_a_readable_answer_shows_a_reviewer_no_candidate_they_may_not_view(clien
     assert "The asking user may not view it" in html
     assert len(rows) == stored.count()
     assert f'class="field-retrieved">{stored.count()}<' in row
+
+
+def test_a_reviewer_sees_a_deleted_public_source_as_removed_with_its_passage(
+    client, asker, scripted
+):  # type: ignore[no-untyped-def]
+    """A document open to everyone when the answer was written, deleted since: the answer
+    stays readable (ADR 0022), and so does its source in the review, as "removed", with
+    the passage its claim was checked against; not "a source you may not view"."""
+    from tests.corpus import ingest_text
+
+    document = ingest_text("admin:osprey", "Osprey nesting notes", OSPREY).document
+    scripted.script = ["Ospreys nest on tall dead trees [1]."]
+    answer = _answer(asker, "Where do ospreys nest?")
+    assert RetrievedSource.objects.filter(
+        question=answer.question, document=document, cited=True
+    ).exists()  # not vacuous
+    c = _as(client, staff_reviewer("outsider"))
+    assert "Osprey nesting notes" in c.get(_change_url(answer)).content.decode()
+
+    # Through the admin, as a reviewer deletes it.
+    admin = _as(client.__class__(), staff_reviewer("remover"))
+    response = admin.post(
+        reverse("admin:answers_document_delete", args=[document.pk]), {"post": "yes"}
+    )
+    assert response.status_code == 302 and not Document.objects.filter(pk=document.pk).exists()
+    html = c.get(_change_url(answer)).content.decode()
+    assert "(a source you may not view)" not in html
+    assert "Osprey nesting notes <em>(removed)</em>" in html
+    assert "tall dead trees" in html.split("<th>Passage</th>", 1)[1]
+    table = html.split("<th>Final [n]</th>", 1)[1].split("</table>", 1)[0]
+    shown = len(re.findall(r"<tr>.*?</tr>", table, re.S))
+    (row,) = _result_rows(c.get(reverse(CHANGELIST), {"q": "ospreys"}).content.decode())
+    assert f'class="field-retrieved">{shown}<' in row  # the count is of what is shown
 
 
 def test_a_reviewer_outside_vault_cannot_list_search_open_or_delete_vault_documents(
