@@ -491,7 +491,8 @@ class DocumentAdmin(CheckedChangeListMixin, admin.ModelAdmin):
         # Outside a document's groups (and without review_all_answers) a reviewer cannot
         # list, search, open or change it.
         documents = selectors.document_admin_queryset(reviewer=request.user)
-        return documents.annotate(chunks_total=Count("chunks"))
+        # Ordered again: a GROUP BY drops Meta.ordering, and the autocomplete pages it as is.
+        return documents.annotate(chunks_total=Count("chunks")).order_by("title", "id")
 
     def formfield_for_dbfield(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
         if db_field.name == "url":

@@ -454,16 +454,20 @@ def answer_admin_queryset(*, reviewer: AnyUser) -> QuerySet[Answer]:
     if not user_may_review_all(user=reviewer):
         answers = answers.exclude(answer_withheld_q(user=reviewer))
         retrieved = _reviewable_sources_q(reviewer=reviewer, path="question__retrieved_sources__")
-    return answers.select_related("question", "question__user").annotate(
-        retrieved_count=Count("question__retrieved_sources", filter=retrieved, distinct=True),
-        cited_count=Count(
-            "question__retrieved_sources__document",
-            filter=Q(question__retrieved_sources__cited=True),
-            distinct=True,
-        ),
-        feedback_up=Count("feedback", filter=Q(feedback__rating="up"), distinct=True),
-        feedback_down=Count("feedback", filter=Q(feedback__rating="down"), distinct=True),
-    )
+    return (
+        answers.select_related("question", "question__user")
+        .annotate(
+            retrieved_count=Count("question__retrieved_sources", filter=retrieved, distinct=True),
+            cited_count=Count(
+                "question__retrieved_sources__document",
+                filter=Q(question__retrieved_sources__cited=True),
+                distinct=True,
+            ),
+            feedback_up=Count("feedback", filter=Q(feedback__rating="up"), distinct=True),
+            feedback_down=Count("feedback", filter=Q(feedback__rating="down"), distinct=True),
+        )
+        .order_by("-created_at", "-id")
+    )  # Meta.ordering: a GROUP BY drops it
 
 
 def _reviewable_sources_q(*, reviewer: AnyUser, path: str = "") -> Q:

@@ -192,6 +192,21 @@ def test_autocomplete_refuses_a_search_it_cannot_run(admin_client, term):  # typ
         assert admin_client.get(url).status_code == 400, url
 
 
+def test_autocomplete_pages_through_documents_in_title_order_each_once(admin_client):  # type: ignore[no-untyped-def]
+    """The admin's querysets count chunks (a GROUP BY, which drops the model's ordering):
+    the autocomplete paged them unordered, so a page could repeat or skip a document."""
+    source = {"app_label": "answers", "model_name": "retrievedsource", "field_name": "document"}
+    texts: list[str] = []
+    for page in range(1, 100):
+        body = admin_client.get("/admin/autocomplete/", {**source, "page": page}).json()
+        texts += [result["text"] for result in body["results"]]
+        if not body["pagination"]["more"]:
+            break
+    expected = list(Document.objects.order_by("title", "id").values_list("title", flat=True))
+    assert len(expected) > 20  # more than a page
+    assert texts == expected
+
+
 def test_answer_changelist_search_by_question_text(admin_client, asker, scripted):  # type: ignore[no-untyped-def]
     _answer(asker, "What is a lambda expression?")
     _answer(asker, "How does the yield statement behave?")
