@@ -466,8 +466,8 @@ def answer_admin_queryset(*, reviewer: AnyUser) -> QuerySet[Answer]:
             feedback_up=Count("feedback", filter=Q(feedback__rating="up"), distinct=True),
             feedback_down=Count("feedback", filter=Q(feedback__rating="down"), distinct=True),
         )
-        .order_by("-created_at", "-id")
-    )  # Meta.ordering: a GROUP BY drops it
+        .order_by("-created_at", "-id")  # Meta.ordering, which a GROUP BY drops
+    )
 
 
 def _reviewable_sources_q(*, reviewer: AnyUser, path: str = "") -> Q:

@@ -748,6 +748,29 @@ def test_a_permitted_reviewer_lists_searches_and_opens_every_answer(client, revi
     assert all(title in html for title in VAULT_TITLES)
 
 
+def test_the_autocomplete_finds_for_a_reviewer_only_what_they_may_read(client, review_case):  # type: ignore[no-untyped-def]
+    """Any related field reaches the admin's autocomplete (no form of ours uses it): it
+    searches the reviewer's querysets, so vault words find nothing for an outsider."""
+
+    def found(user, model: str, field: str, term: str) -> set[str]:  # type: ignore[no-untyped-def]
+        c = _as(client, user)
+        query = {"app_label": "answers", "model_name": model, "field_name": field, "term": term}
+        response = c.get("/admin/autocomplete/", query)
+        assert response.status_code == 200
+        return {result["id"] for result in response.json()["results"]}
+
+    vault = str(review_case["vault"].pk)
+    vault_documents = {str(d.pk) for d in Document.objects.filter(title__in=VAULT_TITLES)}
+    for term in (VAULT_SECRET, "member", ""):
+        assert vault not in found(review_case["outsider"], "feedback", "answer", term), term
+    for term in ("Nightjar", "vault:", ""):
+        shown = found(review_case["outsider"], "retrievedsource", "document", term)
+        assert not shown & vault_documents, term
+    assert vault in found(review_case["insider"], "feedback", "answer", VAULT_SECRET)
+    insider = found(review_case["insider"], "retrievedsource", "document", "Nightjar")
+    assert vault_documents <= insider
+
+
 def test_a_reviewer_outside_vault_cannot_open_or_review_a_withheld_answer(client, review_case):  # type: ignore[no-untyped-def]
     c = _as(client, review_case["outsider"])
     vault = review_case["vault"]
