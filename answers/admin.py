@@ -456,6 +456,23 @@ class AnswerAdmin(CheckedChangeListMixin, admin.ModelAdmin):
 
 
 class DocumentForm(forms.ModelForm):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        body = self.fields.get("body")
+        if isinstance(body, forms.CharField):
+            # As stored: stripping cut every ingested body's last newline, so saving an
+            # unchanged document (to restrict or rename it) changed its hash and replaced
+            # its chunks, unlinking them from the answers' retrieval records.
+            body.strip = False
+
+    def clean_body(self) -> str:
+        # Browsers send a textarea back with CRLF line endings (HTML's form encoding);
+        # bodies are stored with LF, as ingestion normalizes them.
+        body: str = self.cleaned_data["body"]
+        if not body.strip():
+            raise forms.ValidationError(forms.Field.default_error_messages["required"])
+        return body.replace("\r\n", "\n").replace("\r", "\n")
+
     def clean(self) -> dict[str, Any]:
         cleaned: dict[str, Any] = super().clean() or {}
         if "access" in cleaned and "groups" in cleaned:

@@ -432,7 +432,7 @@ def test_editing_a_document_body_rechunks_it_and_is_searchable(admin_client):  #
     assert response.status_code == 302, response.content.decode()[:3000]
 
     document.refresh_from_db()
-    assert document.body == body.strip()  # form fields strip surrounding whitespace
+    assert document.body == body  # as typed: stripping changed unchanged bodies
     assert document.content_hash != old_hash
     new_chunks = list(Chunk.objects.filter(document=document).values_list("text", flat=True))
     assert new_chunks != old_chunks
@@ -513,6 +513,34 @@ def test_groups_chosen_while_open_to_everyone_are_refused_not_ignored(admin_clie
     document.refresh_from_db()
     assert document.access == Document.Access.GROUPS
     assert list(document.groups.all()) == [vault]
+
+
+def test_restricting_a_document_in_the_admin_leaves_its_text_and_chunks_alone(admin_client):  # type: ignore[no-untyped-def]
+    """A browser sends a textarea back with CRLF line endings, and the form stripped the
+    trailing newline every ingested body has: each save of an unchanged document (to
+    restrict it, rename it) rewrote its body and hash and replaced its chunks, which
+    unlinked them from every answer's retrieval records."""
+    from django.contrib.auth.models import Group
+
+    document = Document.objects.get(source_key="python-docs:lambda")
+    assert document.body.endswith("\n") and "\n" in document.body.strip()  # not vacuous
+    body, digest = document.body, document.content_hash
+    chunk_ids = list(document.chunks.values_list("pk", flat=True))
+    vault = Group.objects.get_or_create(name="vault")[0]
+    as_sent = body.replace("\n", "\r\n")
+    form = _document_form(
+        document, title="Lambdas (vault)", access="groups", groups=[vault.pk], body=as_sent
+    )
+    url = reverse("admin:answers_document_change", args=[document.pk])
+    assert admin_client.post(url, form).status_code == 302
+    document.refresh_from_db()
+    assert (document.title, document.access) == ("Lambdas (vault)", Document.Access.GROUPS)
+    assert (document.body, document.content_hash) == (body, digest)
+    assert list(document.chunks.values_list("pk", flat=True)) == chunk_ids
+    # Kept as typed, a body of blanks is still no body.
+    response = admin_client.post(url, {**form, "body": "  \r\n  "})
+    assert response.status_code == 200 and "This field is required." in response.content.decode()
+    assert Document.objects.get(pk=document.pk).body == body
 
 
 def test_document_save_sets_the_groups_with_the_access(db):  # type: ignore[no-untyped-def]
