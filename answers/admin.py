@@ -600,8 +600,6 @@ class ApiTokenAdmin(CheckedChangeListMixin, admin.ModelAdmin):
 
     @admin.action(description="Revoke selected tokens")
     def revoke_tokens(self, request: HttpRequest, queryset: QuerySet[ApiToken]) -> None:
-        count = 0
-        for token in queryset:
-            services.api_token_revoke(token=token)
-            count += 1
-        self.message_user(request, f"Revoked {count} token(s).", messages.SUCCESS)
+        revoked, already = services.api_tokens_revoke(tokens=queryset)
+        note = f"; {already} already revoked" if already else ""
+        self.message_user(request, f"Revoked {revoked} token(s){note}.", messages.SUCCESS)

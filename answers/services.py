@@ -622,6 +622,19 @@ def api_token_revoke(*, token: ApiToken) -> ApiToken:
     return token
 
 
+def api_tokens_revoke(*, tokens: Iterable[ApiToken]) -> tuple[int, int]:
+    """Revoke each of ``tokens``: how many were revoked now, and how many already were
+    (those keep the time they were revoked)."""
+    revoked = already = 0
+    for token in tokens:
+        if token.revoked_at is not None:
+            already += 1
+            continue
+        api_token_revoke(token=token)
+        revoked += 1
+    return revoked, already
+
+
 @dataclass(frozen=True)
 class IngestResult:
     document: Document

@@ -615,6 +615,22 @@ def test_revoke_tokens_action_revokes(admin_client, asker):  # type: ignore[no-u
     assert services.api_token_authenticate(raw=kept_raw) is not None
 
 
+def test_revoking_an_already_revoked_token_neither_counts_nor_moves_it(admin_client, asker):  # type: ignore[no-untyped-def]
+    old, _ = services.api_token_create(user=asker, name="old")
+    services.api_token_revoke(token=old)
+    old.refresh_from_db()
+    active, _ = services.api_token_create(user=asker, name="active")
+    response = admin_client.post(
+        reverse("admin:answers_apitoken_changelist"),
+        {"action": "revoke_tokens", "_selected_action": [old.pk, active.pk]},
+    )
+    assert response.status_code == 302
+    messages = [str(m) for m in get_messages(response.wsgi_request)]
+    assert messages == ["Revoked 1 token(s); 1 already revoked."]
+    assert ApiToken.objects.get(pk=old.pk).revoked_at == old.revoked_at
+    assert ApiToken.objects.get(pk=active.pk).revoked_at is not None
+
+
 def test_added_token_is_named_with_its_prefix(admin_client, asker):  # type: ignore[no-untyped-def]
     from django.contrib.admin.models import LogEntry
 
