@@ -574,7 +574,7 @@ class ApiTokenAdmin(CheckedChangeListMixin, admin.ModelAdmin):
 
     def save_model(self, request: HttpRequest, obj: ApiToken, form: Any, change: bool) -> None:
         if change:
-            obj.save(update_fields=["name"])
+            services.api_token_rename(token=obj, name=obj.name)
             return
         token, raw = services.api_token_create(
             user=obj.user,

@@ -622,6 +622,12 @@ def api_token_revoke(*, token: ApiToken) -> ApiToken:
     return token
 
 
+def api_token_rename(*, token: ApiToken, name: str) -> ApiToken:
+    token.name = name
+    token.save(update_fields=["name"])
+    return token
+
+
 def api_tokens_revoke(*, tokens: Iterable[ApiToken]) -> tuple[int, int]:
     """Revoke each of ``tokens``: how many were revoked now, and how many already were
     (those keep the time they were revoked)."""

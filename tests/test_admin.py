@@ -631,6 +631,19 @@ def test_revoking_an_already_revoked_token_neither_counts_nor_moves_it(admin_cli
     assert ApiToken.objects.get(pk=active.pk).revoked_at is not None
 
 
+def test_renaming_a_token_changes_its_name_only(admin_client, asker):  # type: ignore[no-untyped-def]
+    token, raw = services.api_token_create(user=asker, name="laptop")
+    response = admin_client.post(
+        reverse("admin:answers_apitoken_change", args=[token.pk]),
+        {"name": "desktop", "user": "0", "prefix": "x", "token_hash": "x"},
+    )
+    assert response.status_code == 302
+    stored = ApiToken.objects.get(pk=token.pk)
+    assert (stored.name, stored.user, stored.prefix) == ("desktop", asker, token.prefix)
+    assert (stored.token_hash, stored.revoked_at) == (token.token_hash, None)
+    assert services.api_token_authenticate(raw=raw) is not None
+
+
 def test_added_token_is_named_with_its_prefix(admin_client, asker):  # type: ignore[no-untyped-def]
     from django.contrib.admin.models import LogEntry
 
