@@ -11,6 +11,7 @@ from django.urls import reverse
 from answers import pipeline, services
 from answers.models import Answer, ApiToken, Chunk, Document, Feedback, RetrievedSource
 from answers.registry import get_search_backend
+from tests.corpus import ingest_text
 from tests.helpers import ask, assert_chunk_counts_stored, staff_reviewer
 
 pytestmark = pytest.mark.django_db
@@ -886,8 +887,6 @@ def test_a_reviewer_sees_a_deleted_public_source_as_removed_with_its_passage(
     """A document open to everyone when the answer was written, deleted since: the answer
     stays readable (ADR 0022), and so does its source in the review, as "removed", with
     the passage its claim was checked against; not "a source you may not view"."""
-    from tests.corpus import ingest_text
-
     document = ingest_text("admin:osprey", "Osprey nesting notes", OSPREY).document
     scripted.script = ["Ospreys nest on tall dead trees [1]."]
     answer = _answer(asker, "Where do ospreys nest?")
@@ -911,6 +910,35 @@ def test_a_reviewer_sees_a_deleted_public_source_as_removed_with_its_passage(
     shown = len(re.findall(r"<tr>.*?</tr>", table, re.S))
     (row,) = _result_rows(c.get(reverse(CHANGELIST), {"q": "ospreys"}).content.decode())
     assert f'class="field-retrieved">{shown}<' in row  # the count is of what is shown
+
+
+def test_restricted_then_deleted_in_the_admin_an_answer_stays_withheld(client, asker, scripted):  # type: ignore[no-untyped-def]
+    """ADR 0040 through the admin's own paths: restricted with the change form, deleted
+    with the bulk action, a document open when the answer was written never comes back
+    readable through it (document_snapshots_close on every deletion)."""
+    from django.contrib.auth.models import Group
+
+    from answers import presenters
+
+    document = ingest_text("admin:osprey", "Osprey nesting notes", OSPREY).document
+    scripted.script = ["Ospreys nest on tall dead trees [1]."]
+    answer = _answer(asker, "Where do ospreys nest?")
+    assert not presenters.answer_payload(answer=answer, user=asker).withheld
+    admin = _as(client, staff_reviewer("keeper", groups=("vault",)))
+    vault = Group.objects.get(name="vault")
+    change = reverse("admin:answers_document_change", args=[document.pk])
+    form = _document_form(document, access="groups", groups=[vault.pk])
+    assert admin.post(change, form).status_code == 302
+    assert presenters.answer_payload(answer=answer, user=asker).withheld
+    response = admin.post(
+        reverse("admin:answers_document_changelist"),
+        {"action": "delete_selected", "_selected_action": [document.pk], "post": "yes"},
+    )
+    assert response.status_code == 302 and not Document.objects.filter(pk=document.pk).exists()
+    shown = presenters.answer_payload(answer=answer, user=asker)
+    assert shown.withheld and "tall dead trees" not in str(shown.to_dict())
+    outsider = _as(client, staff_reviewer("outsider"))
+    assert outsider.get(_change_url(answer)).status_code == 302  # "does not exist"
 
 
 def test_a_reviewer_outside_vault_cannot_list_search_open_or_delete_vault_documents(
