@@ -13,6 +13,7 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.contrib.admin.options import IncorrectLookupParameters
 from django.contrib.admin.views.main import ChangeList
 from django.contrib.auth.models import AnonymousUser
@@ -30,6 +31,7 @@ from . import presenters, selectors, services
 from .conf import answers_settings
 from .gaps import REASON_LABELS, gap_groups, gap_rows
 from .models import Answer, ApiToken, Document, Feedback
+from .selectors import MAX_ID
 from .support import SUPPORTED
 
 GAP_DAYS, MAX_GAP_DAYS = 30, 366  # the content-gap report's default and longest period
@@ -75,9 +77,41 @@ class CheckedChangeList(ChangeList):
             raise BadListQuery("a number out of range") from exc
 
 
+def _is_id(value: object) -> bool:
+    """An id as our tables hold them (positive, 64-bit): anything else in a selection or a
+    choice was typed or tampered with, and Django takes it to the database (ValueError for
+    "abc"; SQLite cannot bind past 64 bits: OverflowError)."""
+    text = str(value)
+    return text.isascii() and text.isdigit() and len(text) <= 19 and 0 < int(text) <= MAX_ID
+
+
+class IdsChoiceField(forms.ModelMultipleChoiceField):
+    """A many-to-many choice whose values that are no id get the field's own error."""
+
+    def clean(self, value: Any) -> Any:
+        for pk in value if isinstance(value, (list, tuple)) else ():
+            if not _is_id(pk):
+                raise forms.ValidationError(
+                    self.error_messages["invalid_pk_value"],
+                    code="invalid_pk_value",
+                    params={"pk": pk},
+                )
+        return super().clean(value)
+
+
 class CheckedChangeListMixin:
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
         return CheckedChangeList
+
+    def response_action(
+        self, request: HttpRequest, queryset: QuerySet[Any], *args: Any, **kwargs: Any
+    ) -> HttpResponse | None:
+        selected = request.POST.getlist(ACTION_CHECKBOX_NAME)
+        if not all(_is_id(value) for value in selected):
+            # None: the admin redirects back to the list, which shows this.
+            messages.error(request, "The selection holds a value that is not an id: nothing done.")
+            return None
+        return super().response_action(request, queryset, *args, **kwargs)  # type: ignore[misc]
 
     def get_changelist_instance(self, request: HttpRequest) -> ChangeList:
         try:
@@ -510,6 +544,10 @@ class DocumentAdmin(CheckedChangeListMixin, admin.ModelAdmin):
         documents = selectors.document_admin_queryset(reviewer=request.user)
         # Ordered again: a GROUP BY drops Meta.ordering, and the autocomplete pages it as is.
         return documents.annotate(chunks_total=Count("chunks")).order_by("title", "id")
+
+    def formfield_for_manytomany(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
+        kwargs.setdefault("form_class", IdsChoiceField)
+        return super().formfield_for_manytomany(db_field, request, **kwargs)
 
     def formfield_for_dbfield(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
         if db_field.name == "url":

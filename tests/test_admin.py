@@ -208,6 +208,39 @@ def test_autocomplete_pages_through_documents_in_title_order_each_once(admin_cli
     assert texts == expected
 
 
+@pytest.mark.parametrize("selected", ["abc", "\x00", HUGE, "-1", "1.5"])
+@pytest.mark.parametrize(
+    ("changelist", "action"),
+    [
+        ("admin:answers_document_changelist", "delete_selected"),
+        ("admin:answers_apitoken_changelist", "revoke_tokens"),
+        ("admin:answers_answer_changelist", "delete_selected"),
+    ],
+)
+def test_an_action_on_ids_that_are_not_ids_says_so(admin_client, changelist, action, selected):  # type: ignore[no-untyped-def]
+    """A tampered selection (not a number, or past 64 bits) was a 500; now the list again,
+    with a message, and nothing done."""
+    documents = Document.objects.count()
+    response = admin_client.post(
+        reverse(changelist), {"action": action, "index": "0", "_selected_action": [selected]}
+    )
+    assert response.status_code == 302 and response["Location"] == reverse(changelist)
+    shown = [str(m) for m in get_messages(response.wsgi_request)]
+    assert any("not an id" in m for m in shown), shown
+    assert Document.objects.count() == documents
+
+
+def test_a_document_form_with_a_group_id_that_is_no_id_shows_the_error(admin_client):  # type: ignore[no-untyped-def]
+    document = Document.objects.get(source_key="python-docs:lambda")
+    url = reverse("admin:answers_document_change", args=[document.pk])
+    for value in (HUGE, "abc"):
+        form = _document_form(document, access="groups", groups=[value])
+        response = admin_client.post(url, form)
+        assert response.status_code == 200, value  # the form again, with its error
+        assert "is not a valid value" in response.content.decode(), value
+    assert not document.groups.exists()
+
+
 def test_answer_changelist_search_by_question_text(admin_client, asker, scripted):  # type: ignore[no-untyped-def]
     _answer(asker, "What is a lambda expression?")
     _answer(asker, "How does the yield statement behave?")
