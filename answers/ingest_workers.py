@@ -19,6 +19,7 @@ from __future__ import annotations
 import gc
 import multiprocessing
 import os
+import signal
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Executor, Future, ProcessPoolExecutor
@@ -171,10 +172,8 @@ class ParsePool:
                 # inherited database connections, and exit with os._exit (no finalizers).
                 methods = multiprocessing.get_all_start_methods()
                 context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
-                # gc.freeze in each worker: its collections skip the heap inherited from
-                # this process (Django and all), neither walking it nor copying its pages.
                 self._executor = ProcessPoolExecutor(
-                    max_workers=self.jobs, mp_context=context, initializer=gc.freeze
+                    max_workers=self.jobs, mp_context=context, initializer=_worker_start
                 )
             except (OSError, ValueError, NotImplementedError) as exc:
                 self._fall_back(f"cannot start {self.jobs} worker processes ({exc})")
@@ -238,6 +237,15 @@ class ParsePool:
         if not self._fell_back:  # said once, though every task in flight fails with it
             self._fell_back = True
             self.on_fallback(f"{reason}; parsing the remaining files in this process.")
+
+
+def _worker_start() -> None:
+    # gc.freeze: the worker's collections skip the heap inherited from the caller (Django
+    # and all), neither walking it nor copying its pages.
+    gc.freeze()
+    # Ctrl-C reaches the whole foreground process group: the caller stops (and shuts the
+    # pool down); a worker's own KeyboardInterrupt only printed a traceback per worker.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _died(exc: BaseException) -> str:

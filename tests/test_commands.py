@@ -3,6 +3,9 @@ from __future__ import annotations
 import io
 import os
 import re
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -10,7 +13,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.core.management import call_command
 from django.core.management.base import CommandError
-from django.db import connection
+from django.db import connection, connections
 from django.test import Client
 
 from answers import selectors, services
@@ -19,6 +22,7 @@ from answers.management.commands.ingest import python_doc_topics
 from answers.models import Answer, ApiToken, Chunk, Document
 from tests import documents as docs
 from tests.helpers import assert_chunk_counts_stored, write
+from tests.live import REPO_ROOT, database_url
 
 pytestmark = pytest.mark.django_db
 
@@ -403,6 +407,23 @@ def test_ingest_group_name_longer_than_the_field_is_a_command_error(folder: Path
     assert not Group.objects.filter(name__startswith="g" * limit).exists()
 
 
+def test_ingest_group_given_empty_is_a_command_error_not_a_public_ingest(folder: Path) -> None:
+    # `--group "$TEAM"` with $TEAM unset: the documents were ingested open to everyone.
+    with pytest.raises(CommandError, match="--group needs a name"):
+        run("ingest", str(folder), "--group", "")
+    assert not ingested(folder)
+
+
+def test_ingest_an_empty_path_is_a_command_error_not_the_current_folder(
+    folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `ingest "$DIR"` with $DIR unset: Path("") is ".", and the folder it ran in was ingested.
+    monkeypatch.chdir(folder)
+    with pytest.raises(CommandError, match="An empty PATH was given"):
+        run("ingest", "")
+    assert not ingested(folder)
+
+
 def test_ingest_group_is_not_made_when_nothing_is_ingested(tmp_path: Path) -> None:
     write(tmp_path / "notes.gz", b"\x1f\x8b\x08")
     with pytest.raises(CommandError, match="No supported files found"):
@@ -738,3 +759,62 @@ def test_ingest_without_worker_processes_says_so_and_ingests_everything(
         "parsing the remaining files in this process."
     )
     assert len(lines) == 2 and lines[1].startswith("Skipped ")
+
+
+def _manage(*args: str) -> subprocess.Popen[str]:
+    """``manage.py ARGS`` in a process group of its own, on the test database, with SIGINT
+    at its default (as a shell's foreground job gets it: a background job ignores it)."""
+    database = connections["default"].settings_dict
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "tests.settings",
+        "DATABASE_URL": database_url(database),
+        "ANSWERS_TEST_DB": str(database["NAME"]),
+        "PYTHONPATH": str(REPO_ROOT),
+    }
+
+    def foreground() -> None:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+    return subprocess.Popen(
+        [sys.executable, "manage.py", *args], cwd=REPO_ROOT, env=env, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+        preexec_fn=foreground,
+    )  # fmt: skip
+
+
+@pytest.mark.django_db(transaction=True)
+def test_ctrl_c_during_a_parallel_ingest_stops_cleanly_and_the_next_run_completes_it(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "many"
+    words = ["wombat", "numbat", "quoll", "bilby", "echidna", "platypus"]
+    for index in range(3000):
+        paragraphs = (" ".join(words[(index + n) % 6] for n in range(k, k + 90)) for k in range(8))
+        write(root / f"doc{index:04d}.md", f"# Note {index}\n\n" + "\n\n".join(paragraphs))
+    process = _manage("ingest", str(root), "--jobs", "2", "--no-progress")
+    # Ctrl-C (SIGINT to the whole foreground group: the command and its workers) once the
+    # first batch is written, long before the last.
+    while not Document.objects.filter(source_key__startswith=str(root)).exists():
+        assert process.poll() is None, process.communicate()
+    os.killpg(process.pid, signal.SIGINT)
+    stdout, stderr = process.communicate(timeout=60)
+
+    assert process.returncode == 130, stderr
+    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr
+    written = Document.objects.filter(source_key__startswith=str(root)).count()
+    assert 0 < written < 3000
+    (line,) = [line for line in stderr.splitlines() if "Interrupted" in line]
+    assert f"{written} document(s) stored so far" in line
+    assert "run the same command again" in line
+    assert_chunk_counts_stored()  # no document half-written
+
+    stdout, _ = run("ingest", str(root))
+    counts = summary(stdout)
+    assert (counts["unchanged"], counts["created"], counts["failed"]) == (
+        written,
+        3000 - written,
+        0,
+    )
+    assert Document.objects.filter(source_key__startswith=str(root)).count() == 3000
+    assert_chunk_counts_stored()

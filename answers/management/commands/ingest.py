@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import sys
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -115,7 +118,8 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("paths", nargs="*", type=Path, help="Files or folders.")
+        # str, not Path: Path("") is ".", so an empty argument would ingest the current folder.
+        parser.add_argument("paths", nargs="*", help="Files or folders.")
         parser.add_argument(
             "--python-docs",
             action="store_true",
@@ -134,9 +138,14 @@ class Command(BaseCommand):
         parser.add_argument("--no-progress", action="store_true", help="No progress bar.")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        paths: list[Path] = options["paths"]
-        if not paths and not options["python_docs"]:
+        given: list[str] = [os.fspath(path) for path in options["paths"]]
+        if not given and not options["python_docs"]:
             raise CommandError("Give at least one PATH, or --python-docs.")
+        if any(not path for path in given):
+            raise CommandError(
+                "An empty PATH was given (an unset variable?); nothing was ingested."
+            )
+        paths = [Path(path) for path in given]
         # lexists: a broken symbolic link is reported with the files that cannot be read.
         missing = [shown_path(p) for p in paths if not os.path.lexists(p)]
         if missing:
@@ -145,7 +154,8 @@ class Command(BaseCommand):
         if jobs < 1:
             raise CommandError("--jobs must be at least 1.")
         group_name = ""
-        if options["group"]:
+        # "is not None": `--group ""` (an unset variable) must not ingest open to everyone.
+        if options["group"] is not None:
             name = options["group"].strip()
             if not name:
                 raise CommandError("--group needs a name.")
@@ -208,19 +218,36 @@ class Command(BaseCommand):
             progress.clear()
             self.stderr.write(f"Ingest: {message}")
 
-        with (
-            progress,
-            ParsePool(jobs=jobs, chunk_size=chunk_size, stem=stem, on_fallback=fallback) as pool,
-        ):
-            for parsed in _sources(topics, pool.parse(sources), chunk_size=chunk_size):
-                if parsed.error:
-                    writer.failed += 1
-                    progress.clear()
-                    self.stderr.write(f"Skipped {shown_path(parsed.key)}: {parsed.error}")
-                else:
-                    writer.add(parsed)
-                advance(1)
-            writer.flush()
+        try:
+            with (
+                _Interruption() as interruption,
+                progress,
+                ParsePool(
+                    jobs=jobs, chunk_size=chunk_size, stem=stem, on_fallback=fallback
+                ) as pool,
+            ):
+                writer.deferred = interruption.deferred
+                for parsed in _sources(topics, pool.parse(sources), chunk_size=chunk_size):
+                    if parsed.error:
+                        writer.failed += 1
+                        progress.clear()
+                        self.stderr.write(f"Skipped {shown_path(parsed.key)}: {parsed.error}")
+                    else:
+                        writer.add(parsed)
+                    advance(1)
+                writer.flush()
+        except KeyboardInterrupt:
+            # Ctrl-C: every batch is written whole or not at all (a batch being written
+            # when it came was finished first), so the summary is exact and a second run
+            # skips what is stored as unchanged.
+            counts = writer.counts
+            raise CommandError(
+                f"Interrupted: {sum(counts.values())} document(s) stored so far "
+                f"({counts['created']} created, {counts['updated']} updated, "
+                f"{counts['unchanged']} unchanged), the rest not read or not written; "
+                "run the same command again to finish.",
+                returncode=130,
+            ) from None
         counts = writer.counts
         if counts["created"] or counts["updated"]:
             services.search_index_maintain()
@@ -281,11 +308,55 @@ def _sources(
         yield _Parsed(source=source, stems=parsed.known_stems())
 
 
+class _Interruption:
+    """Ctrl-C (SIGINT) during a ``deferred`` block takes effect when the block ends: a
+    batch's transaction commits and is counted, or it is not begun. Anywhere else it
+    interrupts at once, as usual. Only in the main thread, and only if SIGINT has Python's
+    own handler (not when it is ignored, as in a shell's background job)."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self.deferring = False
+        self.previous: Any = None
+
+    def __enter__(self) -> _Interruption:
+        if (
+            threading.current_thread() is threading.main_thread()
+            and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        ):
+            self.previous = signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self.previous is not None:
+            signal.signal(signal.SIGINT, self.previous)
+
+    def _handle(self, signum: int, frame: object) -> None:
+        if self.deferring:
+            self.requested = True
+            return
+        raise KeyboardInterrupt
+
+    @contextlib.contextmanager
+    def deferred(self) -> Iterator[None]:
+        self.deferring = True
+        try:
+            yield
+        finally:
+            self.deferring = False
+        if self.requested:
+            raise KeyboardInterrupt
+
+
 class _BatchWriter:
     """Collects parsed documents and writes them in batches (services.documents_ingest_batch)."""
 
     def __init__(self, *, group: Group | None, chunk_size: int) -> None:
         self.group, self.chunk_size = group, chunk_size
+        # Around each batch's write and count: see _Interruption.
+        self.deferred: Callable[[], contextlib.AbstractContextManager[None]] = (
+            contextlib.nullcontext
+        )
         self.pending: list[_Parsed] = []
         self.pending_chunks = 0
         self.counts = {"created": 0, "updated": 0, "unchanged": 0}
@@ -310,12 +381,12 @@ class _BatchWriter:
         stems: dict[str, str] = {}
         for parsed in batch:
             stems.update(parsed.stems)
-        with stems_known(stems):
+        with self.deferred(), stems_known(stems):
             results = services.documents_ingest_batch(
                 sources=[parsed.source for parsed in batch if parsed.source is not None],
                 group=self.group,
                 chunk_size=self.chunk_size,
             )
-        for result in results:
-            self.counts[result.outcome] += 1
-            self.chunks += result.chunks if result.outcome != "unchanged" else 0
+            for result in results:
+                self.counts[result.outcome] += 1
+                self.chunks += result.chunks if result.outcome != "unchanged" else 0
