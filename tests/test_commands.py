@@ -761,12 +761,13 @@ def test_ingest_without_worker_processes_says_so_and_ingests_everything(
     assert len(lines) == 2 and lines[1].startswith("Skipped ")
 
 
-def _manage(*args: str) -> subprocess.Popen[str]:
+def _manage(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
     """``manage.py ARGS`` in a process group of its own, on the test database, with SIGINT
     at its default (as a shell's foreground job gets it: a background job ignores it)."""
     database = connections["default"].settings_dict
     env = {
         **os.environ,
+        **(env or {}),
         "DJANGO_SETTINGS_MODULE": "tests.settings",
         "DATABASE_URL": database_url(database),
         "ANSWERS_TEST_DB": str(database["NAME"]),
@@ -818,3 +819,47 @@ def test_ctrl_c_during_a_parallel_ingest_stops_cleanly_and_the_next_run_complete
     )
     assert Document.objects.filter(source_key__startswith=str(root)).count() == 3000
     assert_chunk_counts_stored()
+
+
+@ask_db
+def test_ctrl_c_during_ask_keeps_the_answer_as_interrupted_and_prints_it(corpus, asker) -> None:  # type: ignore[no-untyped-def]
+    # The extractive provider paced so the answer is still streaming when Ctrl-C comes.
+    process = _manage(
+        "ask", "What is a lambda expression?", "--user", "asker",
+        env={"ANSWERS_EXTRACTIVE_DELAY": "0.3"},
+    )  # fmt: skip
+    while not Answer.objects.filter(question__user=asker).exists():
+        assert process.poll() is None, process.communicate()
+    os.killpg(process.pid, signal.SIGINT)
+    stdout, stderr = process.communicate(timeout=60)
+
+    assert process.returncode == 130, stderr
+    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr
+    answer = Answer.objects.get(question__user=asker)
+    assert answer.status == Answer.Status.INTERRUPTED  # as the page's Stop stores it
+    assert stderr.strip().splitlines()[-1] == (
+        f"CommandError: Stopped: the answer so far is kept as interrupted "
+        f"(conversation {answer.question.conversation_id})."
+    )
+    # What was kept, with its Sources, as a finished answer prints.
+    text, sources = stdout.split("Sources:\n", 1)
+    assert text.strip() == answer.final_text.strip()
+    assert sources.startswith("  ")
+
+
+@ask_db
+def test_ask_shows_control_characters_of_documents_escaped_not_obeyed(asker) -> None:  # type: ignore[no-untyped-def]
+    # A document's title and text holding terminal codes: clear the screen, retitle the
+    # window, colour. Printed raw, they acted on the reader's terminal.
+    services.document_ingest(
+        source_key="/docs/platypus.md",
+        title="Platypus \x1b]0;owned\x07guide",
+        body="The platypus lays eggs \x1b[2J and swims in rivers with its venom spurs.",
+        chunk_size=int(answers_settings.CHUNK_SIZE),
+    )
+    for out in (io.StringIO(), Terminal()):
+        call_command("ask", "Does the platypus lay eggs?", "--user", "asker", stdout=out)
+        output = out.getvalue()
+        assert "\x1b]" not in output and "\x1b[2J" not in output and "\x07" not in output
+        assert "lays eggs \\x1b[2J and swims" in output
+        assert "  [1] Platypus \\x1b]0;owned\\x07guide (" in output

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import re
 import shutil
 import unicodedata
 import uuid
@@ -25,7 +26,11 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         user = self._user(options["user"])
-        asyncio.run(self._ask(user, options["question"], options["conversation"]))
+        try:
+            asyncio.run(self._ask(user, options["question"], options["conversation"]))
+        except KeyboardInterrupt:
+            # A second Ctrl-C, or one before the question was stored.
+            raise CommandError("Stopped.", returncode=130) from None
 
     def _user(self, username: str | None) -> Any:
         User = get_user_model()
@@ -40,10 +45,18 @@ class Command(BaseCommand):
         return user
 
     async def _ask(self, user: Any, question: str, conversation_id: uuid.UUID | None) -> None:
+        # Shielded: Ctrl-C (asyncio.run cancels this task) while the question is being
+        # stored lets it be stored, so that the stop below is stored with it.
+        starting = asyncio.ensure_future(
+            pipeline.start_answer(user=user, question=question, conversation_id=conversation_id)
+        )
+        stopped = False
         try:
-            run = await pipeline.start_answer(
-                user=user, question=question, conversation_id=conversation_id
-            )
+            try:
+                run = await asyncio.shield(starting)
+            except asyncio.CancelledError:
+                stopped = _uncancel()
+                run = await starting
         except pipeline.AskRefused as exc:
             raise CommandError(exc.message) from None
         # On a terminal the answer streams, and if finalizing renumbered its citations the
@@ -51,34 +64,74 @@ class Command(BaseCommand):
         # match the Sources below. Into a pipe or file only the final answer is written.
         live = self.stdout.isatty()
         streamed: list[str] = []
-        async for event in run.events():
-            if isinstance(event, pipeline.TokenEvent):
-                streamed.append(event.text)
-                if live:
-                    self.stdout.write(event.text, ending="")
-                    self.stdout.flush()
-            elif isinstance(event, pipeline.ErrorEvent):
-                if not live and streamed:
-                    self.stdout.write("".join(streamed))  # what was written before it failed
-                self.stdout.write("")
-                raise CommandError(event.message)
-            elif isinstance(event, pipeline.DoneEvent):
-                answer = event.answer
-                shown = "".join(streamed)
-                if not live:
-                    self.stdout.write(answer.text)
-                elif answer.text != shown:
-                    self.stdout.write(_erase(shown) + answer.text)
-                else:
-                    self.stdout.write("")
-                self.stdout.write("Sources:")
-                for ref in answer.references:
-                    self.stdout.write(
-                        f"  [{ref.index}] {ref.title} ({ref.url}) score {ref.score:.2f}"
-                    )
-                if not answer.references:
-                    self.stdout.write("  (none)")
-                self.stdout.write(f"Conversation: {answer.conversation_id}")
+        done: pipeline.DoneEvent | None = None
+        if not stopped:
+            try:
+                async for event in run.events():
+                    if isinstance(event, pipeline.TokenEvent):
+                        streamed.append(event.text)
+                        if live:
+                            self.stdout.write(_printable(event.text), ending="")
+                            self.stdout.flush()
+                    elif isinstance(event, pipeline.ErrorEvent):
+                        if not live and streamed:
+                            # what was written before it failed
+                            self.stdout.write(_printable("".join(streamed)))
+                        self.stdout.write("")
+                        raise CommandError(event.message)
+                    elif isinstance(event, pipeline.DoneEvent):
+                        done = event
+            except asyncio.CancelledError:
+                stopped = _uncancel()
+        if stopped:
+            # Ctrl-C: kept as interrupted, as the page's Stop keeps it (the pipeline stored
+            # it if generation had begun; ``stopped`` stores it otherwise, and reads it).
+            done = await run.stopped()
+        assert done is not None
+        self._write_done(done.answer, "".join(streamed), live=live)
+        if stopped:
+            raise CommandError(
+                "Stopped: the answer so far is kept as interrupted "
+                f"(conversation {done.answer.conversation_id}).",
+                returncode=130,
+            )
+
+    def _write_done(self, answer: Any, shown: str, *, live: bool) -> None:
+        text = _printable(answer.text)
+        if not live:
+            self.stdout.write(text)
+        elif answer.text != shown:
+            self.stdout.write(_erase(_printable(shown)) + text)
+        else:
+            self.stdout.write("")
+        self.stdout.write("Sources:")
+        for ref in answer.references:
+            self.stdout.write(
+                f"  [{ref.index}] {_printable(ref.title)} ({_printable(ref.url)}) "
+                f"score {ref.score:.2f}"
+            )
+        if not answer.references:
+            self.stdout.write("  (none)")
+        self.stdout.write(f"Conversation: {answer.conversation_id}")
+
+
+def _uncancel() -> bool:
+    """Take back this task's cancellation (Ctrl-C, as asyncio.run delivers it), so that
+    storing the stop is not itself cancelled; True."""
+    task = asyncio.current_task()
+    if task is not None:
+        task.uncancel()
+    return True
+
+
+# Control characters other than line breaks and tabs: a document's or a model's text must
+# not move the cursor, clear the screen or retitle the terminal (ESC sequences).
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def _printable(text: str) -> str:
+    """``text`` with each control character shown as ``\\xNN``, not obeyed."""
+    return _CONTROL.sub(lambda match: f"\\x{ord(match[0]):02x}", text)
 
 
 def _erase(shown: str) -> str:
