@@ -734,12 +734,25 @@ def _html_root(data: bytes) -> lxml.etree._Element | None:
         except UnicodeDecodeError:
             pass
         else:
-            return lxml.etree.fromstring(data, parser=_UTF8_HTML_PARSER)
+            return _html_parse(data, _UTF8_HTML_PARSER)
     # libxml2's HTML parser (lxml) rather than BeautifulSoup's html.parser: about 20x faster.
     text = _sanitize(data.decode(encoding, errors="replace"))
     # XHTML pages open with <?xml ... encoding=...?>, which lxml refuses in a str.
     text = _XML_DECLARATION.sub("", text.lstrip("\ufeff"), count=1)
-    return lxml.etree.fromstring(text, parser=_HTML_PARSER)
+    return _html_parse(text, _HTML_PARSER)
+
+
+def _html_parse(source: str | bytes, parser: lxml.etree.HTMLParser) -> lxml.etree._Element | None:
+    root = lxml.etree.fromstring(source, parser=parser)
+    # A resource limit stops libxml2 where it is met, and recovery hands back the tree up
+    # to there: the page would be stored cut off. Only nesting can still exceed it.
+    for error in parser.error_log:
+        if error.type_name == "ERR_RESOURCE_LIMIT":
+            raise ExtractionError(
+                f"HTML is nested more than {_HTML_MAX_DEPTH:,} elements deep; the parser "
+                "cannot read past that (unclosed tags?)"
+            )
+    return root
 
 
 def _extract_html(data: bytes) -> tuple[str | None, str]:
@@ -888,10 +901,16 @@ def _extract_html(data: bytes) -> tuple[str | None, str]:
 _XML_DECLARATION = re.compile(r"\A\s*<\?xml[^>]*>")
 # lxml.etree's parser, not lxml.html's: plain elements, without a Python class looked up per
 # element (HtmlElement's methods are not needed here).
-_HTML_PARSER = lxml.etree.HTMLParser(remove_comments=True, remove_pis=True, recover=True)
-_UTF8_HTML_PARSER = lxml.etree.HTMLParser(
-    remove_comments=True, remove_pis=True, recover=True, encoding="utf-8"
+# huge_tree: libxml2's default limits (255 levels of nesting, 10 MB of text in one node)
+# cut real pages short; with it, 2,048 levels and no limit on text under MAX_FILE_BYTES.
+# The walk over the tree is iterative, so depth costs it nothing.
+_HTML_PARSER = lxml.etree.HTMLParser(
+    remove_comments=True, remove_pis=True, recover=True, huge_tree=True
 )
+_UTF8_HTML_PARSER = lxml.etree.HTMLParser(
+    remove_comments=True, remove_pis=True, recover=True, encoding="utf-8", huge_tree=True
+)
+_HTML_MAX_DEPTH = 2048
 
 
 # -------------------------------------------------------------------------- PDF

@@ -426,6 +426,34 @@ def test_html_without_text() -> None:
         extract_text(data=b"<script>x()</script><p> </p>", suffix=".html", fallback_title="f")
 
 
+@pytest.mark.parametrize("encoding", ["utf-8", "latin-1"])  # parsed as bytes; as text
+def test_html_nested_hundreds_of_levels_deep_keeps_all_its_text(encoding: str) -> None:
+    # Unclosed <div>s or <font>s repeated down a generated page: past 255 levels libxml2
+    # stopped parsing, and the page was stored cut off there (or refused as empty).
+    depth = 600
+    page = (
+        f'<html><head><meta charset="{encoding}"></head><body><p>Before the nest, caf\u00e9.</p>'
+        + "<div>" * depth + "<p>Deep inside.</p>"
+        + "</div>" * depth + "<p>After the nest.</p></body></html>"
+    )  # fmt: skip
+    doc = extract_text(data=page.encode(encoding), suffix=".html", fallback_title="f")
+    assert doc.body == "Before the nest, caf\u00e9.\n\nDeep inside.\n\nAfter the nest."
+
+
+def test_html_text_over_ten_megabytes_in_one_element_is_kept_whole() -> None:
+    words = "wombat " * 1_600_000  # 11.2 MB in one text node: libxml2's default limit is 10
+    page = f"<html><body><p>{words}</p><p>The end.</p></body></html>".encode()
+    doc = extract_text(data=page, suffix=".html", fallback_title="f")
+    assert doc.body == words.strip() + "\n\nThe end."
+
+
+def test_html_nested_deeper_than_the_parser_reads_is_an_error_not_a_cut_document() -> None:
+    depth = 5000
+    page = "<p>Before.</p>" + "<div>" * depth + "<p>Deep.</p>" + "</div>" * depth
+    with pytest.raises(ExtractionError, match=r"^HTML is nested more than 2,048 elements deep"):
+        extract_text(data=page.encode(), suffix=".html", fallback_title="f")
+
+
 # ----------------------------------------------------------------------------- PDF
 
 
