@@ -119,7 +119,8 @@ def scan_source_files(
 
     Unsupported are files of a type not ingested. Unreadable are paths that would be ingested
     but cannot be: given paths that are neither a folder nor a regular file (a FIFO,
-    /dev/null), and, of a supported type, broken symbolic links, FIFOs and the like met in
+    /dev/null) or cannot be reached (a folder on the way not searchable), folders that cannot
+    be listed, and, of a supported type, broken symbolic links, FIFOs and the like met in
     folders, and files whose path is not valid UTF-8 (``undecodable_path_reason``). None of
     them is opened. With ``max_key_length``, so are files whose absolute path (the
     document's source key) is longer: the database would refuse the key, and with it the
@@ -149,9 +150,23 @@ def scan_source_files(
         # Not the realpath: a broken link's own path is the one to fix.
         unreadable.setdefault(os.path.abspath(path), SkippedFile(path, _not_a_file(path)))
 
+    def unlisted(error: OSError) -> None:
+        # A folder os.walk cannot list (permissions, removed meanwhile) was skipped in silence.
+        path = pathlib.Path(error.filename if error.filename is not None else given)
+        reason = f"cannot list this folder ({error.strerror or error})"
+        unreadable.setdefault(os.path.abspath(path), SkippedFile(path, reason))
+
     for given in paths:
+        try:
+            os.lstat(given)
+        except (FileNotFoundError, NotADirectoryError):
+            raise FileNotFoundError(2, "No such file or directory", str(given)) from None
+        except OSError as exc:  # a folder on its path cannot be searched: not "missing"
+            reason = f"cannot read it ({exc.strerror or exc})"
+            unreadable.setdefault(os.path.abspath(given), SkippedFile(given, reason))
+            continue
         if given.is_dir():
-            for root, dirs, files in os.walk(given):
+            for root, dirs, files in os.walk(given, onerror=unlisted):
                 sphinx = _SPHINX_SEARCH_INDEX in files
                 dirs[:] = [d for d in dirs if not _walk_leaves_out(d, sphinx=sphinx, folder=True)]
                 for name in files:

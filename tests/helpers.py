@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -101,6 +102,42 @@ def write(path: Path, data: bytes | str) -> Path:
     else:
         path.write_bytes(data)
     return path
+
+
+def lock_folder(folder: Path, monkeypatch: Any) -> None:
+    """``chmod 000`` on ``folder``. Run as root (which
+    reads anything, CAP_DAC_OVERRIDE) the OS is made to refuse as it would anyone else: it
+    is the edge we do not own. Listing the folder, or reaching anything in it, then fails
+    with EACCES."""
+    import errno
+
+    folder.chmod(0)  # pytest's clean-up of tmp_path restores what it needs to remove it
+    try:
+        os.listdir(folder)
+    except PermissionError:
+        return  # refused for real
+    locked = os.fspath(folder)
+
+    def refused(path: Any) -> bool:
+        if isinstance(path, int):
+            return False
+        text = os.fsdecode(os.fspath(path))
+        return text == locked or text.startswith(locked + os.sep)
+
+    def deny(function: Any, inside_only: bool) -> Any:
+        def denied(path: Any, *args: Any, **kwargs: Any) -> Any:
+            if refused(path) and not (inside_only and os.fsdecode(os.fspath(path)) == locked):
+                raise PermissionError(errno.EACCES, "Permission denied", os.fsdecode(path))
+            return function(path, *args, **kwargs)
+
+        return denied
+
+    # The folder itself can be stat'ed (its parent is readable), not listed; nothing in it
+    # can be reached.
+    monkeypatch.setattr(os, "scandir", deny(os.scandir, inside_only=False))
+    monkeypatch.setattr(os, "listdir", deny(os.listdir, inside_only=False))
+    monkeypatch.setattr(os, "stat", deny(os.stat, inside_only=True))
+    monkeypatch.setattr(os, "lstat", deny(os.lstat, inside_only=True))
 
 
 # --- the fault seam ---------------------------------------------------------------------

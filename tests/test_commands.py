@@ -21,7 +21,7 @@ from answers.conf import answers_settings
 from answers.management.commands.ingest import python_doc_topics
 from answers.models import Answer, ApiToken, Chunk, Document
 from tests import documents as docs
-from tests.helpers import assert_chunk_counts_stored, write
+from tests.helpers import assert_chunk_counts_stored, lock_folder, write
 from tests.live import REPO_ROOT, database_url
 
 pytestmark = pytest.mark.django_db
@@ -863,3 +863,33 @@ def test_ask_shows_control_characters_of_documents_escaped_not_obeyed(asker) -> 
         assert "\x1b]" not in output and "\x1b[2J" not in output and "\x07" not in output
         assert "lays eggs \\x1b[2J and swims" in output
         assert "  [1] Platypus \\x1b]0;owned\\x07guide (" in output
+
+
+def test_a_folder_that_cannot_be_listed_is_reported_not_skipped_in_silence(
+    folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    locked = folder / "locked"
+    write(locked / "inside.md", "# Inside\n\nNever read.\n")
+    lock_folder(locked, monkeypatch)
+
+    stdout, stderr = run("ingest", str(folder))
+    counts = summary(stdout)
+    assert (counts["created"], counts["failed"]) == (5, 1)
+    assert stderr.strip().splitlines() == [
+        f"Skipped {locked.resolve()}: cannot list this folder (Permission denied)"
+    ]
+
+
+def test_a_path_that_cannot_be_reached_is_not_called_missing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    inside = write(tmp_path / "locked" / "inside.md", "# Inside\n\nNever read.\n")
+    other = write(tmp_path / "other.md", "# Other\n\nThe other file is about numbats.\n")
+    lock_folder(tmp_path / "locked", monkeypatch)
+
+    stdout, stderr = run("ingest", str(inside), str(other))
+    counts = summary(stdout)
+    assert (counts["created"], counts["failed"]) == (1, 1)
+    assert stderr.strip().splitlines() == [f"Skipped {inside}: cannot read it (Permission denied)"]
+    with pytest.raises(CommandError, match=r"^Every file failed to ingest\.$"):
+        run("ingest", str(tmp_path / "locked"))

@@ -146,8 +146,9 @@ class Command(BaseCommand):
                 "An empty PATH was given (an unset variable?); nothing was ingested."
             )
         paths = [Path(path) for path in given]
-        # lexists: a broken symbolic link is reported with the files that cannot be read.
-        missing = [shown_path(p) for p in paths if not os.path.lexists(p)]
+        # A broken symbolic link, or a path that cannot be reached, is reported with the
+        # files that cannot be read.
+        missing = [shown_path(p) for p in paths if _missing(p)]
         if missing:
             raise CommandError(f"No such file or folder: {', '.join(missing)}")
         jobs = default_jobs() if options["jobs"] is None else int(options["jobs"])
@@ -276,6 +277,17 @@ class Command(BaseCommand):
         if verbosity >= 2:
             for item in skipped:
                 self.stdout.write(f"Skipped {shown_path(item.path.resolve())}: {item.reason}")
+
+
+def _missing(path: Path) -> bool:
+    """Whether nothing is at ``path`` (not: whether it cannot be reached, EACCES)."""
+    try:
+        os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return True
+    except OSError:
+        return False
+    return False
 
 
 @dataclass(frozen=True)
