@@ -428,13 +428,38 @@ def _clean_title(title: str | None) -> str:
 # ------------------------------------------------------------------- plain text
 
 
-def _extract_plain(data: bytes, suffix: str) -> tuple[str | None, str]:
+# Byte order marks that declare a text file's encoding as surely as HTML's BOM does (UTF-32's
+# first: UTF-32LE's begins with UTF-16LE's).
+_UNICODE_BOMS = (
+    (codecs.BOM_UTF32_LE, "utf-32", "UTF-32"),
+    (codecs.BOM_UTF32_BE, "utf-32", "UTF-32"),
+    (codecs.BOM_UTF16_LE, "utf-16", "UTF-16"),
+    (codecs.BOM_UTF16_BE, "utf-16", "UTF-16"),
+)
+
+
+def _decode_plain(data: bytes) -> str:
+    """UTF-8 (a BOM allowed), or UTF-16/32 when the file starts with its byte order mark
+    (Windows Notepad's "Unicode")."""
+    for bom, codec, name in _UNICODE_BOMS:
+        if data.startswith(bom):
+            try:
+                return data.decode(codec)
+            except UnicodeDecodeError as exc:
+                raise ExtractionError(
+                    f"not valid {name} (it starts with its byte order mark; invalid data "
+                    f"at byte {exc.start}); save the file as UTF-8"
+                ) from exc
     try:
-        text = data.decode("utf-8-sig")
+        return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise ExtractionError(
             f"not valid UTF-8 (invalid byte at offset {exc.start}); save the file as UTF-8"
         ) from exc
+
+
+def _extract_plain(data: bytes, suffix: str) -> tuple[str | None, str]:
+    text = _decode_plain(data)
     if "\x00" in text:
         raise ExtractionError("not valid UTF-8 text (contains NUL bytes: binary or UTF-16?)")
     body = _normalize_body(text)
@@ -750,6 +775,15 @@ def _html_root(data: bytes) -> lxml.etree._Element | None:
             pass
         else:
             return _html_parse(data, _UTF8_HTML_PARSER)
+    if encoding != "utf-16":
+        # Only here, where the bytes are not clean UTF-8: text in any encoding a page may
+        # declare has no control bytes but white space; a binary file is full of them.
+        controls = len(data) - len(data.translate(None, _BINARY_CONTROL_BYTES))
+        if controls >= _BINARY_MIN_CONTROLS and controls * 100 > len(data):
+            raise ExtractionError(
+                f"not an HTML text file: {controls * 100 // len(data)}% of its bytes are "
+                "control bytes (a binary file, or UTF-16 without a byte order mark?)"
+            )
     # libxml2's HTML parser (lxml) rather than BeautifulSoup's html.parser: about 20x faster.
     text = _sanitize(data.decode(encoding, errors="replace"))
     # XHTML pages open with <?xml ... encoding=...?>, which lxml refuses in a str.
@@ -926,6 +960,11 @@ _UTF8_HTML_PARSER = lxml.etree.HTMLParser(
     remove_comments=True, remove_pis=True, recover=True, encoding="utf-8", huge_tree=True
 )
 _HTML_MAX_DEPTH = 2048
+# C0 controls but the white space ones (tab, line feed, form feed, carriage return) and
+# ESC (ISO-2022-JP's shifts).
+# More than 1% of a file's bytes, and at least this many (a stray one in a short page).
+_BINARY_MIN_CONTROLS = 16
+_BINARY_CONTROL_BYTES = bytes([*range(0x00, 0x09), 0x0B, *range(0x0E, 0x1B), *range(0x1C, 0x20)])
 
 
 # -------------------------------------------------------------------------- PDF

@@ -155,6 +155,39 @@ def test_invalid_utf8(tmp_path: Path) -> None:
         extract_file(write(tmp_path / "bad.txt", b"caf\xe9 au lait"))
 
 
+@pytest.mark.parametrize("codec", ["utf-16", "utf-16-be", "utf-32"])
+def test_text_with_a_unicode_byte_order_mark_is_read_in_that_encoding(codec: str) -> None:
+    # Windows Notepad's "Unicode": UTF-16 with its BOM, which declares the encoding as
+    # surely as HTML's does (which was followed). It was refused as "not valid UTF-8".
+    text = "# Caf\u00e9 notes\r\n\r\nThe caf\u00e9 opens at nine; \u4e2d\u6587 too.\r\n"
+    data = text.encode(codec)
+    if codec == "utf-16-be":
+        data = codecs.BOM_UTF16_BE + data
+    doc = extract_text(data=data, suffix=".md", fallback_title="f")
+    assert doc.title == "Caf\u00e9 notes"
+    assert doc.body == "# Caf\u00e9 notes\n\nThe caf\u00e9 opens at nine; \u4e2d\u6587 too."
+
+
+def test_utf16_with_a_bom_that_is_not_utf16_is_a_clear_error() -> None:
+    with pytest.raises(ExtractionError, match=r"^not valid UTF-16 \(it starts with its byte"):
+        extract_text(data=codecs.BOM_UTF16_LE + b"ab\x00\xdc", suffix=".txt", fallback_title="f")
+
+
+@pytest.mark.parametrize("suffix", [".html", ".htm"])
+def test_a_binary_file_named_html_is_refused_not_stored_as_garbage(suffix: str) -> None:
+    # A PNG, a zip or a PDF renamed .html: decoded with replacement characters it was
+    # stored as a document of noise.
+    pdf = documents.pdf_bytes(title="x", lines=[f"Line {n} of a report." for n in range(300)])
+    for data in (pdf, documents.docx_bytes(title="t", heading="h", paragraphs=["p"])):
+        with pytest.raises(ExtractionError, match=r"^not an HTML text file: \d+% of its bytes"):
+            extract_text(data=data, suffix=suffix, fallback_title="f")
+
+
+def test_html_with_a_few_stray_control_bytes_is_still_read() -> None:
+    page = b"<p>caf\xe9 " + b"word " * 100 + b"\x01\x02</p>"
+    assert extract_text(data=page, suffix=".html", fallback_title="f").body.startswith("caf")
+
+
 @pytest.mark.parametrize("suffix", [".md", ".txt", ".rst", ".html", ".pdf"])
 @pytest.mark.parametrize("content", [b"", b"  \n\t\r\n", b"\x0b\x0c "])
 def test_empty_file(tmp_path: Path, suffix: str, content: bytes) -> None:
