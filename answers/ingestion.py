@@ -17,6 +17,7 @@ from __future__ import annotations
 import codecs
 import contextlib
 import ctypes
+import errno
 import hashlib
 import io
 import logging
@@ -169,6 +170,12 @@ def scan_source_files(
             for root, dirs, files in os.walk(given, onerror=unlisted):
                 sphinx = _SPHINX_SEARCH_INDEX in files
                 dirs[:] = [d for d in dirs if not _walk_leaves_out(d, sphinx=sphinx, folder=True)]
+                for name in dirs:
+                    # os.walk does not follow links to folders (they may lead out of the
+                    # tree, or round in a loop): say so, rather than leave them out unseen.
+                    link = pathlib.Path(root, name)
+                    if link.is_symlink():
+                        unreadable.setdefault(os.path.abspath(link), SkippedFile(link, _LINKED))
                 for name in files:
                     if _walk_leaves_out(name, sphinx=sphinx, folder=False):
                         continue
@@ -217,9 +224,15 @@ def shown_path(path: str | os.PathLike[str]) -> str:
     return os.fsencode(path).decode("utf-8", "backslashreplace")
 
 
+_LINKED = "a symbolic link to a folder, not followed (give the folder itself as a PATH)"
+
+
 def _not_a_file(path: pathlib.Path) -> str:
-    if path.is_symlink() and not path.exists():
-        return "a broken symbolic link"
+    if path.is_symlink():
+        try:
+            os.stat(path)
+        except OSError as exc:
+            return "a symbolic link loop" if exc.errno == errno.ELOOP else "a broken symbolic link"
     return "not a regular file"
 
 

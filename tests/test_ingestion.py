@@ -860,6 +860,29 @@ def test_scan_reports_what_cannot_be_read_as_a_file(tmp_path: Path) -> None:
     )
 
 
+def test_scan_reports_a_linked_folder_and_a_link_loop_instead_of_passing_them_in_silence(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "docs"
+    good = write(root / "good.md", "# Good\n")
+    shared = write(tmp_path / "shared" / "policy.md", "# Policy\n").parent
+    (root / "shared").symlink_to(shared)  # its documents were left out without a word
+    (root / "self").symlink_to(root)
+    (root / "a.md").symlink_to(root / "b.md")
+    (root / "b.md").symlink_to(root / "a.md")
+
+    found, unsupported, unreadable = scan_source_files([root])
+    assert found == [good]
+    assert unsupported == []
+    linked = "a symbolic link to a folder, not followed (give the folder itself as a PATH)"
+    assert sorted((s.path.name, s.reason) for s in unreadable) == [
+        ("a.md", "a symbolic link loop"),
+        ("b.md", "a symbolic link loop"),
+        ("self", linked),
+        ("shared", linked),
+    ]
+
+
 def test_shown_path_escapes_bytes_that_are_not_utf8() -> None:
     path = os.fsdecode(b"/srv/caf\xe9.md")
     assert ingestion.shown_path(path) == "/srv/caf\\xe9.md"
