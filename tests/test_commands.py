@@ -822,7 +822,10 @@ def test_ctrl_c_during_a_parallel_ingest_stops_cleanly_and_the_next_run_complete
 
 
 @ask_db
-def test_ctrl_c_during_ask_keeps_the_answer_as_interrupted_and_prints_it(corpus, asker) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM])  # Ctrl-C; `timeout`
+def test_ctrl_c_during_ask_keeps_the_answer_as_interrupted_and_prints_it(
+    corpus, asker, stop
+) -> None:  # type: ignore[no-untyped-def]
     # The extractive provider paced so the answer is still streaming when Ctrl-C comes.
     process = _manage(
         "ask", "What is a lambda expression?", "--user", "asker",
@@ -830,10 +833,10 @@ def test_ctrl_c_during_ask_keeps_the_answer_as_interrupted_and_prints_it(corpus,
     )  # fmt: skip
     while not Answer.objects.filter(question__user=asker).exists():
         assert process.poll() is None, process.communicate()
-    os.killpg(process.pid, signal.SIGINT)
+    os.killpg(process.pid, stop)
     stdout, stderr = process.communicate(timeout=60)
 
-    assert process.returncode == 130, stderr
+    assert process.returncode == 128 + stop, stderr
     assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr
     answer = Answer.objects.get(question__user=asker)
     assert answer.status == Answer.Status.INTERRUPTED  # as the page's Stop stores it

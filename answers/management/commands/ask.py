@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import re
 import shutil
+import signal
 import unicodedata
 import uuid
 from typing import Any
@@ -45,6 +47,26 @@ class Command(BaseCommand):
         return user
 
     async def _ask(self, user: Any, question: str, conversation_id: uuid.UUID | None) -> None:
+        # SIGTERM (`timeout`, a service manager) stops the answer as Ctrl-C does (asyncio.run
+        # cancels this task on SIGINT), rather than killing the process with it unstored.
+        loop, task = asyncio.get_running_loop(), asyncio.current_task()
+        self.stop_signal = signal.SIGINT
+
+        def terminate() -> None:
+            self.stop_signal = signal.SIGTERM
+            if task is not None:
+                task.cancel()
+
+        # Not in the main thread (tests call the command from others), nor on Windows.
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(signal.SIGTERM, terminate)
+        try:
+            await self._answer(user, question, conversation_id)
+        finally:
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                loop.remove_signal_handler(signal.SIGTERM)
+
+    async def _answer(self, user: Any, question: str, conversation_id: uuid.UUID | None) -> None:
         # Shielded: Ctrl-C (asyncio.run cancels this task) while the question is being
         # stored lets it be stored, so that the stop below is stored with it.
         starting = asyncio.ensure_future(
@@ -93,7 +115,7 @@ class Command(BaseCommand):
             raise CommandError(
                 "Stopped: the answer so far is kept as interrupted "
                 f"(conversation {done.answer.conversation_id}).",
-                returncode=130,
+                returncode=128 + self.stop_signal,
             )
 
     def _write_done(self, answer: Any, shown: str, *, live: bool) -> None:
