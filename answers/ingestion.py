@@ -221,7 +221,19 @@ def undecodable_path_reason(path: str | os.PathLike[str]) -> str:
 def shown_path(path: str | os.PathLike[str]) -> str:
     """``path`` fit to print anywhere: a byte of its name that is not UTF-8 shown as
     ``\\xe9`` (as a lone surrogate it fails to encode on a UTF-8 stream)."""
-    return os.fsencode(path).decode("utf-8", "backslashreplace")
+    shown = os.fsencode(path).decode("utf-8", "backslashreplace")
+    # And a control character as its escape: a line break in a name forged a report line,
+    # an ESC drove the terminal it was printed on.
+    return _CONTROL_CHARACTERS.sub(_escaped, shown) if not shown.isprintable() else shown
+
+
+_CONTROL_CHARACTERS = re.compile("[\x00-\x1f\x7f-\x9f]")
+_ESCAPES = {"\n": "\\n", "\t": "\\t", "\r": "\\r"}
+
+
+def _escaped(match: re.Match[str]) -> str:
+    character = match[0]
+    return _ESCAPES.get(character) or f"\\x{ord(character):02x}"
 
 
 _LINKED = "a symbolic link to a folder, not followed (give the folder itself as a PATH)"
@@ -432,7 +444,9 @@ def _sanitize(text: str) -> str:
 def _clean_title(title: str | None) -> str:
     if not title:
         return ""
-    title = _WHITESPACE.sub(" ", _sanitize(title)).strip()
+    title = _WHITESPACE.sub(" ", _sanitize(title))
+    # A title is one line of text: control characters (ESC sequences) are no part of it.
+    title = _CONTROL_CHARACTERS.sub("", title).strip()
     if len(title) > MAX_TITLE_LENGTH:
         title = title[: MAX_TITLE_LENGTH - 1].rstrip() + "\u2026"
     return title

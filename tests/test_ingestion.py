@@ -883,6 +883,28 @@ def test_scan_reports_a_linked_folder_and_a_link_loop_instead_of_passing_them_in
     ]
 
 
+def test_shown_path_escapes_control_characters_of_a_file_name() -> None:
+    # A name holding a line break forged a second report line; one holding ESC drove the
+    # terminal (cleared the screen) when its "Skipped ..." line was printed.
+    assert (
+        ingestion.shown_path("/srv/a\nSkipped /etc/passwd.md") == "/srv/a\\nSkipped /etc/passwd.md"
+    )
+    assert ingestion.shown_path("/srv/b\x1b[2J.md") == "/srv/b\\x1b[2J.md"
+    assert ingestion.shown_path("/srv/tab\there.md") == "/srv/tab\\there.md"
+
+
+@pytest.mark.parametrize("suffix", [".md", ".html", ".txt"])
+def test_titles_hold_no_control_characters(suffix: str) -> None:
+    # From a heading, a <title> or the file name: a title is one line of text, and ESC
+    # sequences in it reached every terminal, log and API client that printed it.
+    heading = "Release \x1b[31mnotes\x1b[0m \x07"
+    data = {".md": f"# {heading}\n\nText.\n", ".html": f"<title>{heading}</title><p>Text.</p>"}
+    doc = extract_text(
+        data=data.get(suffix, "Text.\n").encode(), suffix=suffix, fallback_title=heading
+    )
+    assert doc.title == "Release [31mnotes[0m"
+
+
 def test_shown_path_escapes_bytes_that_are_not_utf8() -> None:
     path = os.fsdecode(b"/srv/caf\xe9.md")
     assert ingestion.shown_path(path) == "/srv/caf\\xe9.md"
