@@ -821,6 +821,23 @@ def test_ctrl_c_during_a_parallel_ingest_stops_cleanly_and_the_next_run_complete
     assert_chunk_counts_stored()
 
 
+def test_ctrl_c_while_the_folders_are_walked_is_a_command_error_without_a_traceback(
+    folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A large tree takes seconds to walk; Ctrl-C then came out as a KeyboardInterrupt
+    # traceback. The OS edge: SIGINT arrives while a folder is listed.
+    def interrupted(*args: object, **kwargs: object) -> object:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "scandir", interrupted)
+    with pytest.raises(CommandError) as excinfo:
+        run("ingest", str(folder), "--group", "research")
+    assert excinfo.value.returncode == 130
+    assert str(excinfo.value).startswith("Interrupted: 0 document(s) stored so far")
+    assert not ingested(folder)
+    assert not Group.objects.filter(name="research").exists()
+
+
 @ask_db
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM])  # Ctrl-C; `timeout`
 def test_ctrl_c_during_ask_keeps_the_answer_as_interrupted_and_prints_it(

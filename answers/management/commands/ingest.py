@@ -138,6 +138,23 @@ class Command(BaseCommand):
         parser.add_argument("--no-progress", action="store_true", help="No progress bar.")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        self.writer: _BatchWriter | None = None
+        try:
+            self._ingest(options)
+        except KeyboardInterrupt:
+            # Ctrl-C, wherever it comes: every batch is written whole or not at all (a batch
+            # being written when it came was finished first), so the count is exact and a
+            # second run skips what is stored as unchanged.
+            counts = self.writer.counts if self.writer else dict.fromkeys(_OUTCOMES, 0)
+            raise CommandError(
+                f"Interrupted: {sum(counts.values())} document(s) stored so far "
+                f"({counts['created']} created, {counts['updated']} updated, "
+                f"{counts['unchanged']} unchanged), the rest not read or not written; "
+                "run the same command again to finish.",
+                returncode=130,
+            ) from None
+
+    def _ingest(self, options: dict[str, Any]) -> None:
         given: list[str] = [os.fspath(path) for path in options["paths"]]
         if not given and not options["python_docs"]:
             raise CommandError("Give at least one PATH, or --python-docs.")
@@ -194,7 +211,7 @@ class Command(BaseCommand):
         jobs = max(1, min(jobs, -(-len(sources) // FILES_PER_TASK)))
         # On SQLite the index triggers stem each chunk in this process: let the workers do it.
         stem = connection.vendor == "sqlite" and jobs > 1
-        writer = _BatchWriter(group=group, chunk_size=chunk_size)
+        writer = self.writer = _BatchWriter(group=group, chunk_size=chunk_size)
         writer.failed = len(unreadable)
         show_progress = not options["no_progress"] and sys.stderr.isatty()
         progress = tqdm(
@@ -219,36 +236,21 @@ class Command(BaseCommand):
             progress.clear()
             self.stderr.write(f"Ingest: {message}")
 
-        try:
-            with (
-                _Interruption() as interruption,
-                progress,
-                ParsePool(
-                    jobs=jobs, chunk_size=chunk_size, stem=stem, on_fallback=fallback
-                ) as pool,
-            ):
-                writer.deferred = interruption.deferred
-                for parsed in _sources(topics, pool.parse(sources), chunk_size=chunk_size):
-                    if parsed.error:
-                        writer.failed += 1
-                        progress.clear()
-                        self.stderr.write(f"Skipped {shown_path(parsed.key)}: {parsed.error}")
-                    else:
-                        writer.add(parsed)
-                    advance(1)
-                writer.flush()
-        except KeyboardInterrupt:
-            # Ctrl-C: every batch is written whole or not at all (a batch being written
-            # when it came was finished first), so the summary is exact and a second run
-            # skips what is stored as unchanged.
-            counts = writer.counts
-            raise CommandError(
-                f"Interrupted: {sum(counts.values())} document(s) stored so far "
-                f"({counts['created']} created, {counts['updated']} updated, "
-                f"{counts['unchanged']} unchanged), the rest not read or not written; "
-                "run the same command again to finish.",
-                returncode=130,
-            ) from None
+        with (
+            _Interruption() as interruption,
+            progress,
+            ParsePool(jobs=jobs, chunk_size=chunk_size, stem=stem, on_fallback=fallback) as pool,
+        ):
+            writer.deferred = interruption.deferred
+            for parsed in _sources(topics, pool.parse(sources), chunk_size=chunk_size):
+                if parsed.error:
+                    writer.failed += 1
+                    progress.clear()
+                    self.stderr.write(f"Skipped {shown_path(parsed.key)}: {parsed.error}")
+                else:
+                    writer.add(parsed)
+                advance(1)
+            writer.flush()
         counts = writer.counts
         if counts["created"] or counts["updated"]:
             services.search_index_maintain()
@@ -320,6 +322,9 @@ def _sources(
         yield _Parsed(source=source, stems=parsed.known_stems())
 
 
+_OUTCOMES = ("created", "updated", "unchanged")
+
+
 class _Interruption:
     """Ctrl-C (SIGINT) during a ``deferred`` block takes effect when the block ends: a
     batch's transaction commits and is counted, or it is not begun. Anywhere else it
@@ -371,7 +376,7 @@ class _BatchWriter:
         )
         self.pending: list[_Parsed] = []
         self.pending_chunks = 0
-        self.counts = {"created": 0, "updated": 0, "unchanged": 0}
+        self.counts = dict.fromkeys(_OUTCOMES, 0)
         self.chunks = 0  # written
         self.failed = 0
 
