@@ -801,7 +801,7 @@ def _html_root(data: bytes) -> lxml.etree._Element | None:
         except UnicodeDecodeError:
             pass
         else:
-            return _html_parse(data, _UTF8_HTML_PARSER)
+            return _html_parse(data, utf8=True)
     if encoding != "utf-16":
         # Only here, where the bytes are not clean UTF-8: text in any encoding a page may
         # declare has no control bytes but white space; a binary file is full of them.
@@ -815,10 +815,14 @@ def _html_root(data: bytes) -> lxml.etree._Element | None:
     text = _sanitize(data.decode(encoding, errors="replace"))
     # XHTML pages open with <?xml ... encoding=...?>, which lxml refuses in a str.
     text = _XML_DECLARATION.sub("", text.lstrip("\ufeff"), count=1)
-    return _html_parse(text, _HTML_PARSER)
+    return _html_parse(text, utf8=False)
 
 
-def _html_parse(source: str | bytes, parser: lxml.etree.HTMLParser) -> lxml.etree._Element | None:
+def _html_parse(source: str | bytes, *, utf8: bool) -> lxml.etree._Element | None:
+    parsers = getattr(_html_parsers, "pair", None)
+    if parsers is None:
+        parsers = _html_parsers.pair = (_HTML_PARSER.copy(), _UTF8_HTML_PARSER.copy())
+    parser = parsers[utf8]
     root = lxml.etree.fromstring(source, parser=parser)
     # A resource limit stops libxml2 where it is met, and recovery hands back the tree up
     # to there: the page would be stored cut off. Only nesting can still exceed it.
@@ -987,10 +991,13 @@ _UTF8_HTML_PARSER = lxml.etree.HTMLParser(
     remove_comments=True, remove_pis=True, recover=True, encoding="utf-8", huge_tree=True
 )
 _HTML_MAX_DEPTH = 2048
-# C0 controls but the white space ones (tab, line feed, form feed, carriage return) and
-# ESC (ISO-2022-JP's shifts).
+# A parser's error log is its last parse's, shared by every thread using it: each thread
+# reads its own parse's errors from parsers of its own.
+_html_parsers = threading.local()
 # More than 1% of a file's bytes, and at least this many (a stray one in a short page).
 _BINARY_MIN_CONTROLS = 16
+# C0 controls but the white space ones (tab, line feed, form feed, carriage return) and
+# ESC (ISO-2022-JP's shifts).
 _BINARY_CONTROL_BYTES = bytes([*range(0x00, 0x09), 0x0B, *range(0x0E, 0x1B), *range(0x1C, 0x20)])
 
 
