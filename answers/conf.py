@@ -209,7 +209,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "PROVIDER_RETRIES",
         2,
-        "Retries of a 429, 5xx or connection failure before the first token.",
+        "Retries of a 429, 5xx or connection failure before the first token (never sooner "
+        "than its Retry-After; none when that is longer than FIRST_TOKEN_TIMEOUT).",
         0,
         10,
     ),

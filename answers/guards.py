@@ -99,8 +99,13 @@ async def guarded_stream(
         except ProviderError as exc:
             if got_text or not exc.retryable or attempt >= limits.retries:
                 raise
+            # A server that names its wait (Retry-After) is not asked again sooner; one
+            # that asks for longer than a first token may take gets no retry at all.
+            asked = exc.retry_after
+            if asked is not None and asked > limits.first_token_timeout:
+                raise
             attempt += 1
-            delay = limits.retry_backoff * 2 ** (attempt - 1)
+            delay = max(limits.retry_backoff * 2 ** (attempt - 1), asked or 0.0)
             logger.warning("Provider failed before the first token (%s); retry %d in %.2fs",
                            exc, attempt, delay)  # fmt: skip
             if loop.time() + delay >= deadline:

@@ -3,7 +3,11 @@ then ``data: [DONE]``), which misbehaves on purpose when told to.
 
 ``FakeLLM.behaviours`` is a queue: each request takes the next behaviour (the last one
 repeats). Each request's JSON body is kept in ``FakeLLM.requests``. ``{"kind": "echo"}``
-streams the request's source passages back, then ``[1]``.
+streams the request's source passages back, then ``[1]``. ``{"kind": "frames"}`` writes
+``frames`` as they are (a ``str`` as a content delta, a ``dict`` as a chunk's JSON, ``bytes``
+raw), then ``finish`` (a finish_reason, None for none) and ``[DONE]`` unless ``done`` is
+false: the wire shapes real servers send. ``{"kind": "hang"}`` reads the request and never
+answers.
 """
 
 from __future__ import annotations
@@ -114,9 +118,15 @@ class FakeLLM:
 
     def serve(self, handler: BaseHTTPRequestHandler, behaviour: dict[str, Any]) -> None:
         kind = behaviour["kind"]
+        if kind == "hang":
+            self._sleep(behaviour.get("seconds", 30))
+            return
         if kind == "status":
-            body = json.dumps({"error": {"message": "upstream says no", "type": "server_error"}})
+            error = behaviour.get("error", {"message": "upstream says no", "type": "server_error"})
+            body = json.dumps({"error": error})
             handler.send_response(behaviour["status"])
+            for name, value in behaviour.get("headers", {}).items():
+                handler.send_header(name, value)
             handler.send_header("Content-Type", "application/json")
             handler.send_header("Content-Length", str(len(body)))
             handler.end_headers()
@@ -145,6 +155,22 @@ class FakeLLM:
                 write.write(_chunk(delta))
                 write.flush()
                 time.sleep(behaviour.get("pace", 0))
+            if kind == "frames":
+                for frame in behaviour["frames"]:
+                    if isinstance(frame, str):
+                        write.write(_chunk(frame))
+                    elif isinstance(frame, dict):
+                        write.write(f"data: {json.dumps(frame)}\n\n".encode())
+                    else:
+                        write.write(frame)
+                    write.flush()
+                finish = behaviour.get("finish", "stop")
+                if finish is not None:
+                    write.write(_chunk(None, finish=finish))
+                if behaviour.get("done", True):
+                    write.write(b"data: [DONE]\n\n")
+                write.flush()
+                return
             if kind == "garbage":
                 write.write(b"data: {this is not json\n\n")
                 write.flush()

@@ -51,7 +51,47 @@ FAULTS = {
         "idle timeout",
     ),
     "500 every time": ([{"kind": "status", "status": 500}], "", "HTTP 500"),
-    "garbage chunk": ([{"kind": "garbage", "deltas": ["Start [1]."]}], "Start [1].", ""),
+    "garbage chunk": (
+        [{"kind": "garbage", "deltas": ["Start [1]."]}], "Start [1].", "malformed chunk"
+    ),
+    "invalid UTF-8 in a chunk": (
+        [{"kind": "frames", "frames": ["Start [1].", b'data: {"choices": [{"index": 0, '
+          b'"delta": {"content": "caf\xc3"}, "finish_reason": null}]}\n\n']}],
+        "Start [1].",
+        "malformed chunk",
+    ),
+    "stopped at the model's token limit": (
+        [{"kind": "frames", "frames": ["Lambdas are [1]", " small and"], "finish": "length"}],
+        "Lambdas are [1] small and",
+        "token limit (finish_reason 'length')",
+    ),
+    "stopped by a content filter": (
+        [{"kind": "frames", "frames": ["Lambdas are [1]"], "finish": "content_filter"}],
+        "Lambdas are [1]",
+        "content filter (finish_reason 'content_filter')",
+    ),
+    "a tool call instead of text": (
+        [{"kind": "frames", "finish": "tool_calls", "frames": [{"choices": [{"index": 0,
+          "delta": {"tool_calls": [{"index": 0, "id": "c1", "type": "function",
+                                    "function": {"name": "search", "arguments": "{}"}}]},
+          "finish_reason": None}]}]}],
+        "",
+        "finish_reason 'tool_calls'",
+    ),
+    "a finished stream without any text": (
+        [{"kind": "frames", "frames": ["", {"choices": []}]}], "", "no text"
+    ),
+    "an error event after some text": (
+        [{"kind": "frames", "finish": None, "done": False, "frames": [
+            "Part one [1].", {"error": {"message": "model overloaded", "type": "server_error"}}]}],
+        "Part one [1].",
+        "model overloaded",
+    ),
+    "[DONE] without a finish_reason": (
+        [{"kind": "frames", "frames": ["Part one [1]."], "finish": None}],
+        "Part one [1].",
+        "without a finish_reason",
+    ),
     "endless empty deltas": ([{"kind": "empty_forever"}], "", "empty deltas"),
     "cut connection": (
         [{"kind": "cut", "deltas": ["First [1].", " second", " third"], "after": 1}],
@@ -249,3 +289,70 @@ def test_caps_on_the_streamed_path(corpus, asker, fake_llm, settings, limits, be
     assert messages[-1]["type"] == "error" and messages[-1]["message"] == GENERIC_ERROR
     answer = Answer.objects.get(pk=messages[0]["answer_id"])
     assert answer.status == "failed" and reason in answer.error and answer.raw_text
+
+
+def _content(escaped: bytes) -> bytes:
+    """A chunk whose content is JSON text as it is (``\\uXXXX`` escapes kept)."""
+    return (
+        b'data: {"choices": [{"index": 0, "delta": {"content": "' + escaped
+        + b'"}, "finish_reason": null}]}\n\n'
+    )  # fmt: skip
+
+
+# A server that cuts text between the two UTF-16 halves of a character (JSON escapes each
+# half on its own, as JavaScript's JSON.stringify does), then sends a half that is alone.
+SPLIT_CHARACTER = {"kind": "frames", "frames": [
+    _content(b"Smile \\ud83d"), _content(b"\\ude00 [1]. Odd \\ud800"), "!",
+]}  # fmt: skip
+
+
+def test_a_character_split_across_deltas_arrives_whole(corpus, asker, client, fake_llm):
+    fake_llm.behaviours = [SPLIT_CHARACTER]
+    response, answer = ask_json(client, asker)
+    assert response.status_code == 200, response.content
+    assert answer.status == "complete"
+    assert answer.raw_text == "Smile \U0001f600 [1]. Odd \ufffd!"
+    assert response.json()["text"] == answer.final_text == answer.raw_text
+    messages = ask_socket(asker)
+    assert messages[-1]["type"] == "done" and messages[-1]["text"] == answer.raw_text
+    assert "".join(m["text"] for m in messages if m["type"] == "token") == answer.raw_text
+
+
+def test_a_429_that_asks_for_longer_than_an_answer_may_wait_is_not_hammered(
+    corpus, asker, client, fake_llm
+):
+    # FIRST_TOKEN_TIMEOUT is 0.5 s: a retry in 30 s would only be refused again.
+    fake_llm.behaviours = [
+        {"kind": "status", "status": 429, "headers": {"Retry-After": "30"}},
+        {"kind": "ok", "deltas": ["Too soon [1]."]},
+    ]
+    response, answer = ask_json(client, asker)
+    assert response.status_code == 502 and len(fake_llm.requests) == 1
+    assert answer.status == "failed" and "retry after 30 s" in answer.error
+
+
+def test_a_429_with_a_short_retry_after_is_retried(corpus, asker, client, fake_llm):
+    fake_llm.behaviours = [
+        {"kind": "status", "status": 429, "headers": {"retry-after-ms": "100"}},
+        {"kind": "ok", "deltas": ["Lambdas are small [1]."]},
+    ]
+    response, answer = ask_json(client, asker)
+    assert response.status_code == 200 and len(fake_llm.requests) == 2
+    assert answer.status == "complete"
+
+
+def test_an_exhausted_quota_is_not_retried_and_the_admin_sees_why(corpus, asker, client, fake_llm):
+    quota = {"message": "You exceeded your current quota.", "type": "insufficient_quota",
+             "code": "insufficient_quota"}  # fmt: skip
+    fake_llm.behaviours = [{"kind": "status", "status": 429, "error": quota}]
+    response, answer = ask_json(client, asker)
+    assert response.status_code == 502 and len(fake_llm.requests) == 1
+    assert "insufficient_quota" in answer.error
+    assert "quota" not in response.content.decode()
+
+
+def test_a_server_that_accepts_and_never_answers_is_given_up_on(corpus, asker, client, fake_llm):
+    fake_llm.behaviours = [{"kind": "hang", "seconds": 30}]
+    response, answer = ask_json(client, asker)
+    assert response.status_code == 502
+    assert answer.status == "failed" and "first-token timeout" in answer.error

@@ -21,11 +21,15 @@ class Usage:
 
 
 class ProviderError(Exception):
-    """A provider failure. The message is for logs and reviewers, never for the asker."""
+    """A provider failure. The message is for logs and reviewers, never for the asker.
+    ``retry_after``: seconds the server asked to wait before a retry (429/503), if it said."""
 
-    def __init__(self, message: str, *, retryable: bool = False) -> None:
+    def __init__(
+        self, message: str, *, retryable: bool = False, retry_after: float | None = None
+    ) -> None:
         super().__init__(message)
         self.retryable = retryable
+        self.retry_after = retry_after
 
 
 class Provider(Protocol):

@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -15,6 +16,69 @@ from django.core.checks import CheckMessage, Error
 from ..conf import answers_settings
 from ..prompt import Prompt, RewritePrompt
 from .base import ProviderError, Usage
+
+# A finish_reason that ends no answer: the text stops mid-way, or never was an answer.
+# ("stop" ends one, and so do other servers' own words for it: "eos_token", "end_turn".)
+_CUT_SHORT = {
+    "length": "the model stopped at its token limit",
+    "content_filter": "the answer was stopped by the server's content filter",
+    "tool_calls": "the model called a tool instead of answering",
+    "function_call": "the model called a function instead of answering",
+}
+# A 429 that no wait ends (the account is out of credit): a retry is refused again.
+_NOT_RETRYABLE_CODES = frozenset({"insufficient_quota"})
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _whole(text: str) -> str:
+    """``text`` with each UTF-16 surrogate pair joined into its character and a lone half
+    replaced by U+FFFD: no database or UTF-8 stream can carry a lone one."""
+    if not _SURROGATE.search(text):
+        return text
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
+class _WholeCharacters:
+    """Deltas as whole characters. JSON escapes a character beyond U+FFFF as two halves
+    (``\\ud83d\\ude00``), and a server that cuts text by UTF-16 units may send them in two
+    chunks: a trailing first half waits for the next delta."""
+
+    def __init__(self) -> None:
+        self._high = ""
+
+    def feed(self, text: str) -> str:
+        text, self._high = self._high + text, ""
+        if text and "\ud800" <= text[-1] <= "\udbff":
+            text, self._high = text[:-1], text[-1]
+        return _whole(text)
+
+    def close(self) -> str:
+        high, self._high = self._high, ""
+        return _whole(high)
+
+
+def _retry_after(exc: Any) -> float | None:
+    """The wait a 429 or 503 asks for (``retry-after-ms``, OpenAI's, or ``Retry-After`` in
+    seconds), if it names one."""
+    headers = getattr(getattr(exc, "response", None), "headers", None) or {}
+    for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
+        try:
+            return max(0.0, float(headers.get(name, "")) * scale)
+        except ValueError:
+            continue
+    return None
+
+
+def _status_error(exc: Any, *, retryable: bool) -> ProviderError:
+    code = getattr(exc, "code", None)
+    reason = f"{type(exc).__name__}: HTTP {exc.status_code}"
+    if isinstance(code, str) and code:
+        reason += f" ({code})"
+        retryable = retryable and code not in _NOT_RETRYABLE_CODES
+    wait = _retry_after(exc) if retryable else None
+    if wait is not None:
+        reason += f", retry after {wait:g} s"
+    return ProviderError(reason, retryable=retryable, retry_after=wait)
 
 
 def openai_base_url() -> str:
@@ -103,14 +167,14 @@ class OpenAIProvider:
                 temperature=temperature,
             )
         except (openai.RateLimitError, openai.InternalServerError) as exc:
-            raise ProviderError(
-                f"{type(exc).__name__}: HTTP {exc.status_code}", retryable=True
-            ) from exc
+            raise _status_error(exc, retryable=True) from exc
         except (openai.APIConnectionError, openai.APITimeoutError) as exc:
             raise ProviderError(f"{type(exc).__name__}: {exc}", retryable=True) from exc
         except openai.APIStatusError as exc:
-            raise ProviderError(f"{type(exc).__name__}: HTTP {exc.status_code}") from exc
-        finished = False
+            raise _status_error(exc, retryable=False) from exc
+        finish: str | None = None
+        got_text = False
+        characters = _WholeCharacters()
         try:
             async for chunk in response:
                 usage: Any = getattr(chunk, "usage", None)
@@ -120,17 +184,30 @@ class OpenAIProvider:
                         completion_tokens=getattr(usage, "completion_tokens", None),
                     )
                 for choice in chunk.choices or ():
-                    finished = finished or bool(getattr(choice, "finish_reason", None))
+                    finish = finish or getattr(choice, "finish_reason", None) or None
                     delta = getattr(choice, "delta", None)
                     content = getattr(delta, "content", None) if delta is not None else None
+                    text = characters.feed(content) if isinstance(content, str) else ""
+                    got_text = got_text or bool(text)
                     # An empty delta still counts: the guards cap endless empty streams.
-                    yield content if isinstance(content, str) else ""
-            if not finished:
+                    yield text
+            if rest := characters.close():
+                got_text = True
+                yield rest
+            if finish is None:
                 # A cut connection can look like a clean end; real servers always finish.
                 raise ProviderError("the stream ended without a finish_reason (cut off?)")
+            if finish in _CUT_SHORT:
+                # Stored as failed with what came: the reader must not take it for whole.
+                raise ProviderError(f"{_CUT_SHORT[finish]} (finish_reason {finish!r})")
+            if not got_text:
+                raise ProviderError(f"the model finished with no text (finish_reason {finish!r})")
         except (openai.APIConnectionError, openai.APITimeoutError) as exc:
             raise ProviderError(f"{type(exc).__name__}: {exc}", retryable=True) from exc
         except openai.APIError as exc:
             raise ProviderError(f"{type(exc).__name__}: {exc}") from exc
+        except ValueError as exc:
+            # Not JSON, or not UTF-8 (the SDK decodes each event): the server's fault.
+            raise ProviderError(f"the server sent a malformed chunk ({exc})"[:300]) from exc
         finally:
             await response.close()
