@@ -64,7 +64,13 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting("RERANK_MODEL", "", "HttpReranker: the model name sent with each request."),
     Setting("RERANK_API_KEY", "", "HttpReranker: bearer key (empty: none)."),
-    Setting("RERANK_TIMEOUT", 5.0, "HttpReranker: seconds per request.", 0.01, 600),
+    Setting(
+        "RERANK_TIMEOUT",
+        5.0,
+        "HttpReranker: seconds per request (its whole body included).",
+        0.01,
+        600,
+    ),
     Setting(
         "PROVIDER",
         "extractive",

@@ -7,6 +7,8 @@ score per candidate (higher is better); candidates are then sorted by that score
 from __future__ import annotations
 
 import json
+import math
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
@@ -55,8 +57,9 @@ class HttpReranker:
     ``RERANK_API = "cohere"`` posts ``{model, query, documents, top_n}`` and reads
     ``{"results": [{"index", "relevance_score"}]}``; ``"tei"`` posts ``{query, texts}`` and
     reads ``[{"index", "score"}]``. Either response shape is accepted from either. Any
-    failure (connection, timeout, HTTP error, malformed body, a score missing or an index
-    out of range) raises ``RerankerError``; the pipeline then keeps the search's order.
+    failure (connection, timeout, HTTP error, malformed body, a score missing or not finite,
+    an index out of range, a body too large or too slow in all) raises ``RerankerError``;
+    the pipeline then keeps the search's order.
     """
 
     @classmethod
@@ -99,11 +102,12 @@ class HttpReranker:
             headers=headers,
             method="POST",
         )
+        timeout = float(answers_settings.RERANK_TIMEOUT)
         try:
             with urllib.request.urlopen(  # noqa: S310 (http(s) only, checked above)
-                request, timeout=float(answers_settings.RERANK_TIMEOUT)
+                request, timeout=timeout
             ) as response:
-                payload = json.loads(response.read())
+                payload = json.loads(_body_within(response, timeout=timeout))
         except urllib.error.HTTPError as exc:
             raise RerankerError(f"reranker returned HTTP {exc.code}") from None
         except (urllib.error.URLError, TimeoutError, OSError) as exc:
@@ -112,6 +116,26 @@ class HttpReranker:
         except (json.JSONDecodeError, UnicodeDecodeError):
             raise RerankerError("reranker returned malformed JSON") from None
         return _scores(payload, count=len(texts))
+
+
+# Far more than any list of scores: a server that sends more is not a reranker.
+_MAX_RESPONSE_BYTES = 4 * 1024 * 1024
+
+
+def _body_within(response: Any, *, timeout: float) -> bytes:
+    """The response body, read within about ``timeout`` in all: the socket's timeout bounds
+    each read, and a server that sends a byte at a time would reset it at every one."""
+    deadline = time.monotonic() + timeout
+    chunks: list[bytes] = []
+    size = 0
+    while chunk := response.read1(65536):
+        size += len(chunk)
+        if size > _MAX_RESPONSE_BYTES:
+            raise RerankerError(f"reranker response is over {_MAX_RESPONSE_BYTES} bytes")
+        chunks.append(chunk)
+        if time.monotonic() > deadline:
+            raise RerankerError(f"reranker took longer than {timeout:g} s")
+    return b"".join(chunks)
 
 
 def _scores(payload: Any, *, count: int) -> list[float]:
@@ -130,6 +154,7 @@ def _scores(payload: Any, *, count: int) -> list[float]:
             or not 0 <= index < count
             or not isinstance(score, int | float)
             or isinstance(score, bool)
+            or not math.isfinite(score)  # NaN sorts nowhere: the order would be arbitrary
         ):
             raise RerankerError("reranker result has a bad index or score")
         scores[index] = float(score)

@@ -3,7 +3,9 @@ Infinity (``{"results": [{"index", "relevance_score"}]}``) or text-embeddings-in
 (``[{"index", "score"}]``), which misbehaves on purpose when told to.
 
 ``behaviour`` is one of ``ok`` (scores favour the last text), ``status`` (HTTP ``status``),
-``malformed`` (not JSON), ``short`` (one result fewer), ``slow`` (sleeps ``delay`` s).
+``malformed`` (not JSON), ``short`` (one result fewer), ``slow`` (sleeps ``delay`` s),
+``nan`` (a score that is no number: ``NaN``, as an fp16 model can overflow to), ``drip``
+(a whole answer, one byte every ``delay / 20`` s: each read is quick, the whole one is not).
 """
 
 from __future__ import annotations
@@ -45,8 +47,14 @@ class FakeReranker:
                 n = len(texts) - (1 if fake.behaviour == "short" else 0)
                 # Later texts score higher, best first, as real servers sort them.
                 ranked = sorted(range(n), key=lambda i: -i)
+                if fake.behaviour == "nan":
+                    ranked = [i for i in ranked if i != 0]
+                    out: Any = [{"index": 0, "score": float("nan")}]
+                    out += [{"index": i, "score": (i + 1) / len(texts)} for i in ranked]
+                    self._send(200, json.dumps(out).encode())
+                    return
                 if tei:
-                    out: Any = [{"index": i, "score": (i + 1) / len(texts)} for i in ranked]
+                    out = [{"index": i, "score": (i + 1) / len(texts)} for i in ranked]
                 else:
                     out = {
                         "id": "rerank-test",
@@ -62,7 +70,13 @@ class FakeReranker:
                     self.send_header("Content-Type", "application/json")
                     self.send_header("Content-Length", str(len(data)))
                     self.end_headers()
-                    self.wfile.write(data)
+                    if fake.behaviour != "drip":
+                        self.wfile.write(data)
+                        return
+                    for byte in data:
+                        self.wfile.write(bytes([byte]))
+                        self.wfile.flush()
+                        time.sleep(fake.delay / 20)
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the client timed out first
 

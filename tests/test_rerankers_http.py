@@ -79,6 +79,8 @@ class _C:
         ("malformed", "malformed JSON"),
         ("short", "scored 2 of 3"),
         ("slow", "unreachable"),
+        ("nan", "bad index or score"),
+        ("drip", "took longer than 0.5 s"),
     ],
 )
 def test_failures_raise_a_reason(server: FakeReranker, behaviour: str, reason: str) -> None:
