@@ -356,3 +356,13 @@ def test_a_server_that_accepts_and_never_answers_is_given_up_on(corpus, asker, c
     response, answer = ask_json(client, asker)
     assert response.status_code == 502
     assert answer.status == "failed" and "first-token timeout" in answer.error
+
+
+def test_a_nul_character_from_the_model_does_not_keep_the_answer_from_being_stored(
+    corpus, asker, client, fake_llm
+):
+    # JSON carries it ("\u0000"); PostgreSQL's text cannot.
+    fake_llm.behaviours = [{"kind": "frames", "frames": ["Odd \x00 byte [1]."]}]
+    response, answer = ask_json(client, asker)
+    assert response.status_code == 200, response.content
+    assert answer.status == "complete" and answer.raw_text == "Odd \ufffd byte [1]."

@@ -27,14 +27,16 @@ _CUT_SHORT = {
 }
 # A 429 that no wait ends (the account is out of credit): a retry is refused again.
 _NOT_RETRYABLE_CODES = frozenset({"insufficient_quota"})
-_SURROGATE = re.compile("[\ud800-\udfff]")
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 
 
-def _whole(text: str) -> str:
-    """``text`` with each UTF-16 surrogate pair joined into its character and a lone half
-    replaced by U+FFFD: no database or UTF-8 stream can carry a lone one."""
-    if not _SURROGATE.search(text):
+def _storable(text: str) -> str:
+    """``text`` with each UTF-16 surrogate pair joined into its character, and a lone half
+    or a NUL (JSON carries both) replaced by U+FFFD: no UTF-8 stream can carry a lone half,
+    PostgreSQL's text no NUL, and an answer that cannot be stored never ends."""
+    if not _UNSTORABLE.search(text):
         return text
+    text = text.replace("\x00", "\ufffd")
     return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
 
 
@@ -50,11 +52,11 @@ class _WholeCharacters:
         text, self._high = self._high + text, ""
         if text and "\ud800" <= text[-1] <= "\udbff":
             text, self._high = text[:-1], text[-1]
-        return _whole(text)
+        return _storable(text)
 
     def close(self) -> str:
         high, self._high = self._high, ""
-        return _whole(high)
+        return _storable(high)
 
 
 def _retry_after(exc: Any) -> float | None:
