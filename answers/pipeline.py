@@ -250,12 +250,37 @@ class AnswerRun:
                 # Stopped, disconnected or failed: keep what was generated, with consistent
                 # references, whatever happens to the caller.
                 await asyncio.shield(
-                    self._complete("".join(raw), outcome, first_token_ms, reason, usage)
+                    self._complete_or_fail("".join(raw), outcome, first_token_ms, reason, usage)
                 )
         if outcome == Answer.Status.FAILED:
             yield ErrorEvent(GENERIC_ERROR, answer_id=self.answer.pk, code="generation_failed")
             return
-        yield await self._complete("".join(raw), outcome, first_token_ms, usage=usage)
+        done = await self._complete_or_fail("".join(raw), outcome, first_token_ms, usage=usage)
+        if done is None:
+            yield ErrorEvent(GENERIC_ERROR, answer_id=self.answer.pk, code="generation_failed")
+            return
+        yield done
+
+    async def _complete_or_fail(
+        self,
+        raw_text: str,
+        status: str,
+        first_token_ms: int | None,
+        error: str = "",
+        usage: Usage | None = None,
+    ) -> DoneEvent | None:
+        """``_complete``, or, when the store refuses the text (a provider's text no database
+        holds), the answer stored as failed without it and None: it must never stay
+        ``streaming``, holding one of its asker's concurrent answers."""
+        try:
+            return await self._complete(raw_text, status, first_token_ms, error, usage)
+        except services.AnswerAlreadyFinal:
+            raise
+        except Exception as exc:
+            logger.exception("Storing answer %s failed; storing it as failed", self.answer.pk)
+            reason = f"the answer could not be stored ({type(exc).__name__}); its text is lost"
+            await self._complete("", Answer.Status.FAILED, first_token_ms, reason[:500], usage)
+            return None
 
     def _shown(self, shown: MarkerStreamFilter, text: str) -> list[TokenEvent | CitationEvent]:
         """Token and first-citation events for text that has become safe to show."""

@@ -237,6 +237,17 @@ def test_provider_failure_stores_partial_text_and_yields_a_generic_error(asker, 
     assert stored.final_text == "Partial answer [1]"
 
 
+def test_text_no_database_can_store_ends_the_answer_failed_not_streaming(asker, scripted):
+    # A provider's text the store refuses (a lone surrogate half): the answer must still
+    # end, or it stays "streaming" and holds one of the asker's concurrent answers.
+    scripted.script = ["Half \ud800 of it [1]."]
+    last = ask(user=asker, question="What is a lambda expression?")
+    assert last.type == "error" and last.code == "generation_failed"
+    answer = Answer.objects.get(pk=last.answer_id)
+    assert answer.status == Answer.Status.FAILED
+    assert "could not be stored" in answer.error and answer.completed_at is not None
+
+
 def test_closing_the_stream_early_stores_the_partial_answer_as_interrupted(asker, scripted):
     scripted.script = ["One [1]", " two [2]", " three"]
     run = start(user=asker, question="How does the try statement handle exceptions?")
