@@ -279,7 +279,7 @@ class AnswerRun:
         except Exception as exc:
             logger.exception("Storing answer %s failed; storing it as failed", self.answer.pk)
             reason = f"the answer could not be stored ({type(exc).__name__}); its text is lost"
-            await self._complete("", Answer.Status.FAILED, first_token_ms, reason[:500], usage)
+            await self._complete("", Answer.Status.FAILED, first_token_ms, reason[:500])
             return None
 
     def _shown(self, shown: MarkerStreamFilter, text: str) -> list[TokenEvent | CitationEvent]:

@@ -87,6 +87,13 @@ FAULTS = {
         "Part one [1].",
         "model overloaded",
     ),
+    "an error object mid-stream (older vLLM)": (
+        [{"kind": "frames", "finish": None, "done": False, "frames": ["Part one [1].", {
+            "object": "error", "message": "CUDA out of memory", "type": "InternalServerError",
+            "code": 500}]}],
+        "Part one [1].",
+        "CUDA out of memory",
+    ),
     "[DONE] without a finish_reason": (
         [{"kind": "frames", "frames": ["Part one [1]."], "finish": None}],
         "Part one [1].",
@@ -366,3 +373,19 @@ def test_a_nul_character_from_the_model_does_not_keep_the_answer_from_being_stor
     response, answer = ask_json(client, asker)
     assert response.status_code == 200, response.content
     assert answer.status == "complete" and answer.raw_text == "Odd \ufffd byte [1]."
+
+
+def test_chunks_the_protocol_does_not_describe_are_skipped_not_stored(
+    corpus, asker, client, fake_llm
+):
+    # Token counts no column holds, a second choice (n=1 was asked), chunks that are no
+    # objects: the answer is the first choice's text, stored, and the counts unknown.
+    odd_usage = {"choices": [], "usage": {"prompt_tokens": -5, "completion_tokens": "many"}}
+    second = {"choices": [{"index": 1, "delta": {"content": "Other [2]."}, "finish_reason": None}]}
+    fake_llm.behaviours = [{"kind": "frames", "frames": [
+        b'data: "hello"\n\n', b"data: [1, 2]\n\n", odd_usage, second, "Lambdas are small [1].",
+    ]}]  # fmt: skip
+    response, answer = ask_json(client, asker)
+    assert response.status_code == 200, response.content
+    assert answer.status == "complete" and answer.raw_text == "Lambdas are small [1]."
+    assert (answer.prompt_tokens, answer.completion_tokens) == (None, None)

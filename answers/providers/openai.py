@@ -59,6 +59,13 @@ class _WholeCharacters:
         return _storable(high)
 
 
+def _count(value: object) -> int | None:
+    """A token count as a server reported it, if it is one (no column holds "many" or -5)."""
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**31:
+        return value
+    return None
+
+
 def _retry_after(exc: Any) -> float | None:
     """The wait a 429 or 503 asks for (``retry-after-ms``, OpenAI's, or ``Retry-After`` in
     seconds), if it names one."""
@@ -179,13 +186,22 @@ class OpenAIProvider:
         characters = _WholeCharacters()
         try:
             async for chunk in response:
+                if getattr(chunk, "object", None) == "error":
+                    # An error object of its own, not under "error" (older vLLM): the SDK
+                    # passes it on as a chunk.
+                    message = getattr(chunk, "message", None) or "no message"
+                    raise ProviderError(f"the server sent an error: {message}"[:300])
                 usage: Any = getattr(chunk, "usage", None)
                 if usage is not None:
                     yield Usage(
-                        prompt_tokens=getattr(usage, "prompt_tokens", None),
-                        completion_tokens=getattr(usage, "completion_tokens", None),
+                        prompt_tokens=_count(getattr(usage, "prompt_tokens", None)),
+                        completion_tokens=_count(getattr(usage, "completion_tokens", None)),
                     )
-                for choice in chunk.choices or ():
+                # Only the first choice is the answer (one was asked for); a chunk that is
+                # no object at all has none.
+                for choice in getattr(chunk, "choices", None) or ():
+                    if getattr(choice, "index", 0) not in (0, None):
+                        continue
                     finish = finish or getattr(choice, "finish_reason", None) or None
                     delta = getattr(choice, "delta", None)
                     content = getattr(delta, "content", None) if delta is not None else None
