@@ -590,6 +590,22 @@ def test_ask_on_a_terminal_streams_then_replaces_with_the_finalized_answer(
 
 
 @ask_db
+def test_ask_writes_no_terminal_codes_a_model_sent(corpus, asker, scripted, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # A model talked into it by a document could set the clipboard (OSC 52), clear the
+    # screen or rewrite lines of the terminal that prints its answer.
+    monkeypatch.setenv("COLUMNS", "80")
+    scripted.script = ["Copy \x1b]52;c;ZXZpbA==\x07this", " \x1b[2J\rnow [1].\x9b"]
+    for out in (Terminal(), io.StringIO()):
+        call_command("ask", "What is a lambda expression?", "--user", "asker", stdout=out)
+        output = out.getvalue()
+        # Only ask's own codes (erase and rewrite the streamed answer) remain.
+        assert not re.sub(r"\r?\x1b\[(?:\d+A\x1b\[)?J", "", output).count("\x1b"), output
+        assert "\x07" not in output and "\x9b" not in output
+        # Shown as escapes, not obeyed.
+        assert "Copy \\x1b]52;c;ZXZpbA==\\x07this" in output
+
+
+@ask_db
 def test_ask_provider_failure_is_a_command_error_without_details(corpus, asker, settings) -> None:  # type: ignore[no-untyped-def]
     settings.ANSWERS = {**settings.ANSWERS, "PROVIDER": "tests.providers.ExplodingProvider"}
     with pytest.raises(CommandError) as excinfo:
