@@ -6,7 +6,8 @@ repeats). Each request's JSON body is kept in ``FakeLLM.requests``. ``{"kind": "
 streams the request's source passages back, then ``[1]``. ``{"kind": "frames"}`` writes
 ``frames`` as they are (a ``str`` as a content delta, a ``dict`` as a chunk's JSON, ``bytes``
 raw), then ``finish`` (a finish_reason, None for none) and ``[DONE]`` unless ``done`` is
-false: the wire shapes real servers send. ``{"kind": "hang"}`` reads the request and never
+false, holding the connection open ``linger`` seconds after: the wire shapes real servers
+send. ``{"kind": "hang"}`` reads the request and never
 answers.
 """
 
@@ -170,6 +171,7 @@ class FakeLLM:
                 if behaviour.get("done", True):
                     write.write(b"data: [DONE]\n\n")
                 write.flush()
+                self._sleep(behaviour.get("linger", 0))  # the connection held open after it
                 return
             if kind == "garbage":
                 write.write(b"data: {this is not json\n\n")

@@ -389,3 +389,16 @@ def test_chunks_the_protocol_does_not_describe_are_skipped_not_stored(
     assert response.status_code == 200, response.content
     assert answer.status == "complete" and answer.raw_text == "Lambdas are small [1]."
     assert (answer.prompt_tokens, answer.completion_tokens) == (None, None)
+
+
+def test_a_finished_answer_whose_server_holds_the_connection_open_is_complete(
+    corpus, asker, client, fake_llm
+):
+    # finish_reason "stop", then neither [DONE] nor the end of the body: the answer is whole,
+    # and waiting for the rest until IDLE_TIMEOUT (0.5 s here) must not fail it.
+    fake_llm.behaviours = [
+        {"kind": "frames", "frames": ["Lambdas are small [1]."], "done": False, "linger": 5}
+    ]
+    response, answer = ask_json(client, asker)
+    assert response.status_code == 200, response.content
+    assert answer.status == "complete" and answer.raw_text == "Lambdas are small [1]."

@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import AsyncIterator
 from typing import Any
@@ -184,8 +185,23 @@ class OpenAIProvider:
         finish: str | None = None
         got_text = False
         characters = _WholeCharacters()
+        chunks = aiter(response)
+        # After the finish only a usage chunk and [DONE] are due: a server that then holds
+        # the connection open has still answered, and must not fail it at IDLE_TIMEOUT.
+        after_finish = float(answers_settings.IDLE_TIMEOUT) / 2
         try:
-            async for chunk in response:
+            while True:
+                try:
+                    if finish is None:
+                        chunk = await anext(chunks)
+                    else:
+                        try:
+                            async with asyncio.timeout(after_finish):
+                                chunk = await anext(chunks)
+                        except TimeoutError:
+                            break
+                except StopAsyncIteration:
+                    break
                 if getattr(chunk, "object", None) == "error":
                     # An error object of its own, not under "error" (older vLLM): the SDK
                     # passes it on as a chunk.
