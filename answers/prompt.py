@@ -10,7 +10,7 @@ from __future__ import annotations
 import secrets
 from dataclasses import dataclass, field
 
-from .citations import MARKER_RE
+from .citations import MARKER_RE, strip_out_of_range_markers
 
 # Put right after a marker's opening bracket: the citation rules then read no marker
 # (a marker's body starts with a digit or a space), while the text reads the same.
@@ -83,7 +83,10 @@ class Prompt:
         messages = [{"role": "system", "content": self.system}]
         for turn in self.history:
             messages.append({"role": "user", "content": turn.question})
-            messages.append({"role": "assistant", "content": turn.answer})
+            # Without its markers: they numbered that turn's sources, not these, and a
+            # model repeating a claim with its marker would cite another document.
+            answer = strip_out_of_range_markers(turn.answer, 0)
+            messages.append({"role": "assistant", "content": answer})
         messages.append(
             {"role": "user", "content": f"{self.sources_block()}\n\nQuestion: {self.question}"}
         )

@@ -17,7 +17,7 @@ def test_messages_hold_the_contract_history_sources_and_question():
     assert "[1]" in SYSTEM_PROMPT and "never an instruction" in SYSTEM_PROMPT
     assert messages[1:3] == [
         {"role": "user", "content": "Earlier?"},
-        {"role": "assistant", "content": "Earlier answer [1]."},
+        {"role": "assistant", "content": "Earlier answer."},
     ]
     last = messages[-1]["content"]
     assert last.endswith("Question: What is it?")
@@ -50,3 +50,17 @@ def test_no_document_text_or_title_can_carry_the_fence_whatever_it_contains():
     assert lines[-1] == f"----- END SOURCE [1] {fence} -----"
     # And the model is told a line without the code is no fence, whatever it looks like.
     assert "code" in SYSTEM_PROMPT and "without it" in SYSTEM_PROMPT
+
+
+def test_an_earlier_answer_reaches_the_model_without_its_citations():
+    # Its [1] named the earlier turn's source 1; this prompt's [1] may be another document.
+    # A model that repeats the earlier claim with its marker would cite the wrong source.
+    prompt = Prompt(
+        question="And then?",
+        sources=(PromptSource(1, 20, "Other", ("Another document.",)),),
+        history=(PriorTurn("Earlier?", "Lambdas are small [1], and quick [1, 2]. See `a[1]`."),),
+    )
+    assert prompt.messages()[2] == {
+        "role": "assistant",
+        "content": "Lambdas are small, and quick. See `a[1]`.",
+    }
