@@ -402,3 +402,16 @@ def test_a_finished_answer_whose_server_holds_the_connection_open_is_complete(
     response, answer = ask_json(client, asker)
     assert response.status_code == 200, response.content
     assert answer.status == "complete" and answer.raw_text == "Lambdas are small [1]."
+
+
+def test_the_admin_sees_what_the_server_said_and_the_asker_does_not(
+    corpus, asker, client, fake_llm
+):
+    said = {"message": "This model's maximum context length is 8192 tokens", "type": "invalid"}
+    fake_llm.behaviours = [{"kind": "status", "status": 400, "error": said}]
+    response, answer = ask_json(client, asker)
+    assert answer.error == (
+        "ProviderError: BadRequestError: HTTP 400: "
+        "This model's maximum context length is 8192 tokens"
+    )
+    assert "context length" not in response.content.decode()

@@ -88,6 +88,12 @@ def _status_error(exc: Any, *, retryable: bool) -> ProviderError:
     wait = _retry_after(exc) if retryable else None
     if wait is not None:
         reason += f", retry after {wait:g} s"
+    # What the server said, for the admin (the asker only ever gets the generic error).
+    body = getattr(exc, "body", None)
+    said = body.get("error", body) if isinstance(body, dict) else None
+    message = said.get("message") if isinstance(said, dict) else None
+    if isinstance(message, str) and message.strip():
+        reason += f": {' '.join(message.split())[:200]}"
     return ProviderError(reason, retryable=retryable, retry_after=wait)
 
 
