@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import socket
+import struct
 import threading
 import time
 from collections.abc import Iterator
@@ -151,6 +152,11 @@ class FakeLLM:
                 if kind == "stall_mid" and index == behaviour.get("after", 1):
                     self._sleep(behaviour.get("seconds", 5))
                 if kind == "cut" and index == behaviour.get("after", 1):
+                    if behaviour.get("reset"):  # RST, not FIN: a peer that crashed
+                        linger = struct.pack("ii", 1, 0)
+                        handler.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, linger)
+                        handler.connection.close()
+                        return
                     handler.connection.shutdown(socket.SHUT_RDWR)
                     return
                 write.write(_chunk(delta))

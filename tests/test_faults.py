@@ -51,6 +51,11 @@ FAULTS = {
         "idle timeout",
     ),
     "500 every time": ([{"kind": "status", "status": 500}], "", "HTTP 500"),
+    "connection reset mid-stream": (
+        [{"kind": "cut", "reset": True, "deltas": ["First [1].", " second"], "after": 1}],
+        "First [1].",
+        "APIConnectionError",
+    ),
     "garbage chunk": (
         [{"kind": "garbage", "deltas": ["Start [1]."]}], "Start [1].", "malformed chunk"
     ),
