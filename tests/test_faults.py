@@ -420,3 +420,16 @@ def test_the_admin_sees_what_the_server_said_and_the_asker_does_not(
         "This model's maximum context length is 8192 tokens"
     )
     assert "context length" not in response.content.decode()
+
+
+@pytest.mark.parametrize("field", ["reasoning_content", "reasoning"])
+def test_a_reasoning_model_thinking_at_length_is_not_an_endless_empty_stream(
+    corpus, asker, client, fake_llm, field
+):
+    # vLLM and DeepSeek send the thinking as reasoning_content, Ollama and OpenRouter as
+    # reasoning, content null meanwhile: more such chunks than MAX_EMPTY_DELTAS (50 here).
+    thought = {"choices": [{"index": 0, "delta": {field: "hmm "}, "finish_reason": None}]}
+    fake_llm.behaviours = [{"kind": "frames", "frames": [thought] * 80 + ["Small [1]."]}]
+    response, answer = ask_json(client, asker)
+    assert response.status_code == 200, response.content
+    assert answer.status == "complete" and answer.raw_text == "Small [1]."

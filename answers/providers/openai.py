@@ -60,6 +60,15 @@ class _WholeCharacters:
         return _storable(high)
 
 
+def _thinks(delta: object) -> bool:
+    """Whether ``delta`` carries a reasoning model's thinking (vLLM and DeepSeek call it
+    ``reasoning_content``, Ollama and OpenRouter ``reasoning``)."""
+    return any(
+        isinstance(thought := getattr(delta, name, None), str) and thought != ""
+        for name in ("reasoning_content", "reasoning")
+    )
+
+
 def _count(value: object) -> int | None:
     """A token count as a server reported it, if it is one (no column holds "many" or -5)."""
     if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**31:
@@ -228,6 +237,10 @@ class OpenAIProvider:
                     delta = getattr(choice, "delta", None)
                     content = getattr(delta, "content", None) if delta is not None else None
                     text = characters.feed(content) if isinstance(content, str) else ""
+                    if not text and _thinks(delta):
+                        # A reasoning model's thinking is progress, not an empty delta: the
+                        # first-token and idle timeouts bound it, not MAX_EMPTY_DELTAS.
+                        continue
                     got_text = got_text or bool(text)
                     # An empty delta still counts: the guards cap endless empty streams.
                     yield text
