@@ -27,7 +27,6 @@ from .duplicates import signature_similarity
 from .models import Chunk, Document
 from .pipeline import retrieve_sources
 from .prompt import Prompt
-from .providers.base import Usage
 from .registry import get_provider
 from .support import SUPPORTED, CitationQuality, citation_quality, claim_support, passage_terms
 from .types import NumberedSource
@@ -260,7 +259,7 @@ class AnswerCheck:
 
 
 async def _generate(prompt: Prompt) -> str:
-    parts = [d async for d in get_provider().stream(prompt) if not isinstance(d, Usage)]
+    parts = [d async for d in get_provider().stream(prompt) if isinstance(d, str)]
     return "".join(parts)
 
 

@@ -13,7 +13,7 @@ from contextlib import aclosing
 from dataclasses import dataclass
 
 from .conf import answers_settings
-from .providers.base import ProviderError, Usage
+from .providers.base import ProviderError, Thinking, Usage
 
 logger = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ class StreamLimits:
 
 
 async def guarded_stream(
-    open_stream: Callable[[], AsyncIterator[str | Usage]], limits: StreamLimits
+    open_stream: Callable[[], AsyncIterator[str | Usage | Thinking]], limits: StreamLimits
 ) -> AsyncIterator[str | Usage]:
     """Deltas from ``open_stream()``, within ``limits``.
 
@@ -84,6 +84,9 @@ async def guarded_stream(
                         raise GuardTripped(f"{which} timeout after {wait:g}s") from None
                     if isinstance(item, Usage):
                         yield item
+                        continue
+                    if isinstance(item, Thinking):
+                        empty = 0  # alive, and not empty: the next delta is waited for anew
                         continue
                     if not item:
                         empty += 1

@@ -171,6 +171,7 @@ class FakeLLM:
                     else:
                         write.write(frame)
                     write.flush()
+                    time.sleep(behaviour.get("pace", 0))
                 finish = behaviour.get("finish", "stop")
                 if finish is not None:
                     write.write(_chunk(None, finish=finish))

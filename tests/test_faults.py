@@ -427,9 +427,12 @@ def test_a_reasoning_model_thinking_at_length_is_not_an_endless_empty_stream(
     corpus, asker, client, fake_llm, field
 ):
     # vLLM and DeepSeek send the thinking as reasoning_content, Ollama and OpenRouter as
-    # reasoning, content null meanwhile: more such chunks than MAX_EMPTY_DELTAS (50 here).
+    # reasoning, content null meanwhile: more such chunks than MAX_EMPTY_DELTAS (50 here),
+    # for longer in all than FIRST_TOKEN_TIMEOUT (0.5 s), each well within it.
     thought = {"choices": [{"index": 0, "delta": {field: "hmm "}, "finish_reason": None}]}
-    fake_llm.behaviours = [{"kind": "frames", "frames": [thought] * 80 + ["Small [1]."]}]
+    fake_llm.behaviours = [
+        {"kind": "frames", "frames": [thought] * 80 + ["Small [1]."], "pace": 0.01}
+    ]
     response, answer = ask_json(client, asker)
     assert response.status_code == 200, response.content
     assert answer.status == "complete" and answer.raw_text == "Small [1]."

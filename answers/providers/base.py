@@ -1,6 +1,7 @@
 """The provider interface: an async iterator of text deltas for a prompt.
 
-A provider may also yield one ``Usage`` (token counts, when its server reports them), and
+A provider may also yield one ``Usage`` (token counts, when its server reports them) and
+``Thinking`` (progress without text), and
 raises ``ProviderError`` for failures it can classify; ``retryable`` errors before the first
 token are retried by the pipeline (see ``answers.guards``).
 """
@@ -18,6 +19,13 @@ from ..prompt import Prompt, RewritePrompt
 class Usage:
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
+
+
+@dataclass(frozen=True)
+class Thinking:
+    """A sign of life without text: a reasoning model thinking before it answers. The
+    guards wait on for the next delta (each one within the timeouts, all within
+    TOTAL_TIMEOUT) and count it as no empty delta; nothing of it is shown or stored."""
 
 
 class ProviderError(Exception):
@@ -39,7 +47,7 @@ class Provider(Protocol):
     @property
     def model(self) -> str: ...
 
-    def stream(self, prompt: Prompt) -> AsyncIterator[str | Usage]:
+    def stream(self, prompt: Prompt) -> AsyncIterator[str | Usage | Thinking]:
         """Yield the answer as text deltas, citing sources as ``[n]``."""
         ...
 

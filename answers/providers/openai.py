@@ -16,7 +16,7 @@ from django.core.checks import CheckMessage, Error
 
 from ..conf import answers_settings
 from ..prompt import Prompt, RewritePrompt
-from .base import ProviderError, Usage
+from .base import ProviderError, Thinking, Usage
 
 # A finish_reason that ends no answer: the text stops mid-way, or never was an answer.
 # ("stop" ends one, and so do other servers' own words for it: "eos_token", "end_turn".)
@@ -166,7 +166,7 @@ class OpenAIProvider:
     def model(self) -> str:
         return str(answers_settings.MODEL)
 
-    def stream(self, prompt: Prompt) -> AsyncIterator[str | Usage]:
+    def stream(self, prompt: Prompt) -> AsyncIterator[str | Usage | Thinking]:
         return self._completion(prompt.messages(), temperature=0.1)
 
     async def rewrite(self, prompt: RewritePrompt) -> str:
@@ -181,7 +181,7 @@ class OpenAIProvider:
 
     async def _completion(
         self, messages: list[dict[str, str]], *, temperature: float
-    ) -> AsyncIterator[str | Usage]:
+    ) -> AsyncIterator[str | Usage | Thinking]:
         openai = self._openai
         try:
             response = await self._client.chat.completions.create(  # type: ignore[call-overload]
@@ -238,8 +238,8 @@ class OpenAIProvider:
                     content = getattr(delta, "content", None) if delta is not None else None
                     text = characters.feed(content) if isinstance(content, str) else ""
                     if not text and _thinks(delta):
-                        # A reasoning model's thinking is progress, not an empty delta: the
-                        # first-token and idle timeouts bound it, not MAX_EMPTY_DELTAS.
+                        # A reasoning model's thinking is progress, not an empty delta.
+                        yield Thinking()
                         continue
                     got_text = got_text or bool(text)
                     # An empty delta still counts: the guards cap endless empty streams.
