@@ -436,3 +436,18 @@ def test_a_reasoning_model_thinking_at_length_is_not_an_endless_empty_stream(
     response, answer = ask_json(client, asker)
     assert response.status_code == 200, response.content
     assert answer.status == "complete" and answer.raw_text == "Small [1]."
+
+
+def test_thinking_inside_think_tags_is_neither_shown_nor_stored(corpus, asker, client, fake_llm):
+    # A reasoning model served without a reasoning parser (llama.cpp, older Ollama) writes
+    # its thinking into the content, between <think> tags, the tags cut anywhere.
+    fake_llm.behaviours = [{"kind": "frames", "frames": [
+        "\n<thi", "nk>\nThe user asks; source [2] is off topic", ", so</th", "ink>\n\nLambdas",
+        " are small [1].",
+    ]}]  # fmt: skip
+    response, answer = ask_json(client, asker)
+    assert response.status_code == 200, response.content
+    assert answer.status == "complete" and answer.raw_text == "Lambdas are small [1]."
+    messages = ask_socket(asker)
+    shown = "".join(m["text"] for m in messages if m["type"] == "token")
+    assert shown == messages[-1]["text"] == "Lambdas are small [1]."

@@ -76,6 +76,44 @@ def _count(value: object) -> int | None:
     return None
 
 
+_OPEN_THINK, _CLOSE_THINK = "<think>", "</think>"
+
+
+class _ThinkTags:
+    """Content that opens with ``<think>`` (a reasoning model served without a reasoning
+    parser: llama.cpp, older Ollama): what comes before ``</think>`` is thinking, never
+    the answer. The tags may be cut anywhere between deltas."""
+
+    def __init__(self) -> None:
+        self._state = "start"  # then "think" or "answer"
+        self._held = ""
+
+    def feed(self, text: str) -> tuple[str, bool]:
+        """The answer's text in ``text``, and whether thinking was held back."""
+        if self._state == "answer":
+            return text, False
+        self._held += text
+        if self._state == "start":
+            opening = self._held.lstrip()
+            if not opening or _OPEN_THINK.startswith(opening):
+                return "", bool(opening)  # too soon to tell
+            if not opening.startswith(_OPEN_THINK):
+                self._state, text, self._held = "answer", self._held, ""
+                return text, False
+            self._state, self._held = "think", opening[len(_OPEN_THINK) :]
+        end = self._held.find(_CLOSE_THINK)
+        if end < 0:
+            self._held = self._held[-len(_CLOSE_THINK) :]  # a closing tag cut in two
+            return "", True
+        self._state, text, self._held = "answer", self._held[end + len(_CLOSE_THINK) :], ""
+        return text.lstrip(), True
+
+    def close(self) -> str:
+        """What was held at the end: text that only looked like the start of a tag."""
+        held, self._held = self._held, ""
+        return held if self._state == "start" else ""
+
+
 def _retry_after(exc: Any) -> float | None:
     """The wait a 429 or 503 asks for (``retry-after-ms``, OpenAI's, or ``Retry-After`` in
     seconds), if it names one."""
@@ -200,6 +238,7 @@ class OpenAIProvider:
         finish: str | None = None
         got_text = False
         characters = _WholeCharacters()
+        think_tags = _ThinkTags()
         chunks = aiter(response)
         # After the finish only a usage chunk and [DONE] are due: a server that then holds
         # the connection open has still answered, and must not fail it at IDLE_TIMEOUT.
@@ -237,14 +276,15 @@ class OpenAIProvider:
                     delta = getattr(choice, "delta", None)
                     content = getattr(delta, "content", None) if delta is not None else None
                     text = characters.feed(content) if isinstance(content, str) else ""
-                    if not text and _thinks(delta):
+                    text, held = think_tags.feed(text)
+                    if not text and (held or _thinks(delta)):
                         # A reasoning model's thinking is progress, not an empty delta.
                         yield Thinking()
                         continue
                     got_text = got_text or bool(text)
                     # An empty delta still counts: the guards cap endless empty streams.
                     yield text
-            if rest := characters.close():
+            if rest := think_tags.feed(characters.close())[0] + think_tags.close():
                 got_text = True
                 yield rest
             if finish is None:
