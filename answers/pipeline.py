@@ -43,8 +43,8 @@ from .prompt import PriorTurn, Prompt, RewritePrompt
 from .providers.base import ProviderError, QuestionRewriter, Usage
 from .registry import get_provider
 from .rendering import render_answer_html
-from .retrieval import search_hits, select_sources
-from .types import AnswerPayload, NumberedSource, Reference, Retrieval
+from .retrieval import rerank, reranks, search_hits, sources_contending, sources_numbered
+from .types import AnswerPayload, Candidate, NumberedSource, Reference, Retrieval
 
 logger = logging.getLogger(__name__)
 
@@ -334,7 +334,31 @@ def retrieve_sources(
     """Retrieval and source selection for ``user`` exactly as an answer gets them: search,
     threshold, ranking, rerank, document cap, access, numbering. Stores nothing (``manage.py
     evaluate`` measures this); no sources means the no-answer message. ``standalone`` is a
-    follow-up's rewrite, searched instead of it (``REWRITE_FOLLOWUPS``)."""
+    follow-up's rewrite, searched instead of it (``REWRITE_FOLLOWUPS``). In one call: an
+    answer's retrieval reranks apart (``_retrieve``)."""
+    contenders = _retrieval_reads(
+        user=user, question=question, previous_question=previous_question, standalone=standalone
+    )
+    rerank_error = rerank(contenders.ranked, question=contenders.question)
+    return _retrieval_selected(user=user, contenders=contenders, rerank_error=rerank_error)
+
+
+@dataclass(frozen=True)
+class _Contenders:
+    """Retrieval's reads done: the candidates, and those competing for the places (ranked,
+    not yet reranked)."""
+
+    candidates: list[Candidate]
+    ranked: list[Candidate]
+    # Each candidate document's visibility to the asker, read with its chunk.
+    read: dict[int, bool]
+    question: str  # what was searched and is reranked on
+    standalone: str
+
+
+def _retrieval_reads(
+    *, user: User, question: str, previous_question: str | None = None, standalone: str = ""
+) -> _Contenders:
     # An asker who may view every document searches them all: the same hits and scores as
     # the scoped search (ADR 0009), without each of its statements testing every document
     # against the scope. One cheap read decides (ADR 0009, "Later").
@@ -350,19 +374,29 @@ def retrieve_sources(
     candidates = selectors.candidates_for_hits(
         hits=((h.chunk_id, h.score) for h in hits), viewer=user
     )
-    read = {c.document_id: bool(c.document_visible) for c in candidates}
-    selection = select_sources(
-        candidates,
-        question=standalone or question,
+    searched = standalone or question
+    return _Contenders(
+        candidates=list(candidates),
+        ranked=sources_contending(candidates, question=searched),
+        read={c.document_id: bool(c.document_visible) for c in candidates},
+        question=searched,
+        standalone=standalone,
+    )
+
+
+def _retrieval_selected(*, user: User, contenders: _Contenders, rerank_error: str) -> Retrieval:
+    read = contenders.read
+    sources = sources_numbered(
+        contenders.ranked,
         visible_document_ids=lambda ids: selectors.document_visible_ids(
             user=user, document_ids=ids, read=read
         ),
     )
     return Retrieval(
-        candidates=candidates,
-        sources=selection.sources,
-        rerank_error=selection.rerank_error,
-        search_text=standalone,
+        candidates=contenders.candidates,
+        sources=sources,
+        rerank_error=rerank_error,
+        search_text=contenders.standalone,
     )
 
 
@@ -502,13 +536,6 @@ def release_connection() -> None:
         close_old_connections()
 
 
-def _retrieve_apart(**kwargs: Any) -> Retrieval:
-    try:
-        return retrieve_sources(**kwargs)
-    finally:
-        release_connection()
-
-
 def _then_release(step: Callable[..., T]) -> Callable[..., T]:
     """``step``, then the thread's connection given back. Around every step before the
     answer streams: between them the ask waits on a retrieval thread (which needs a
@@ -524,11 +551,48 @@ def _then_release(step: Callable[..., T]) -> Callable[..., T]:
     return released
 
 
-async def _retrieve(**kwargs: Any) -> Retrieval:
+async def _on_retrieval_thread(step: Callable[..., T], **kwargs: Any) -> T:
+    """``step`` on a retrieval thread (giving its connection back after), or on the
+    database thread where retrieval runs there."""
     executor = _retrieval_executor()
     if executor is None:
-        return await sync_to_async(retrieve_sources)(**kwargs)
-    return await sync_to_async(_retrieve_apart, thread_sensitive=False, executor=executor)(**kwargs)
+        return await sync_to_async(step)(**kwargs)
+    return await sync_to_async(_then_release(step), thread_sensitive=False, executor=executor)(
+        **kwargs
+    )
+
+
+# A reranker waits on the network (an HTTP reranker up to RERANK_TIMEOUT): on threads of
+# its own, never the thread all database work shares (on SQLite retrieval runs there) nor
+# a retrieval thread. More reranks at once than threads queue for one.
+RERANK_THREADS = 16
+_rerank_pool: ThreadPoolExecutor | None = None
+
+
+def _rerank_executor() -> ThreadPoolExecutor:
+    global _rerank_pool
+    with _retrieval_pools_lock:
+        if _rerank_pool is None:
+            _rerank_pool = ThreadPoolExecutor(RERANK_THREADS, thread_name_prefix="answers-rerank")
+        return _rerank_pool
+
+
+async def _retrieve(lane: Lane, **kwargs: Any) -> Retrieval:
+    if not reranks():
+        return await _on_retrieval_thread(retrieve_sources, **kwargs)
+    contenders = await _on_retrieval_thread(_retrieval_reads, **kwargs)
+    # Out of the lane meanwhile too: slow reranks must not hold every place (ADR 0017).
+    async with lane.aside():
+        rerank_error = await sync_to_async(
+            _rerank_apart, thread_sensitive=False, executor=_rerank_executor()
+        )(contenders)
+    return await _on_retrieval_thread(
+        _retrieval_selected, user=kwargs["user"], contenders=contenders, rerank_error=rerank_error
+    )
+
+
+def _rerank_apart(contenders: _Contenders) -> str:
+    return rerank(contenders.ranked, question=contenders.question)
 
 
 def _start_first(*, user: User, question: str, started: float) -> AnswerRun:
@@ -573,10 +637,11 @@ async def start_answer(
     # A request's thread may hold a pooled connection (its session's): never while it
     # waits for asks that need connections from the same pool.
     async with lane.turn(before_waiting=sync_to_async(release_connection)):
-        if conversation_id is None and _retrieval_executor() is None:
+        if conversation_id is None and _retrieval_executor() is None and not reranks():
             # A first question: no earlier turn to rewrite it with, and retrieval runs on
             # the one database thread anyway. One step, so one connection: on SQLite each
-            # new one parses the whole schema again (ADR 0035).
+            # new one parses the whole schema again (ADR 0035). Not with a reranker, which
+            # must not wait on the network there (``_retrieve``).
             return await sync_to_async(_then_release(_start_first))(
                 user=user, question=cleaned, started=started
             )
@@ -591,6 +656,7 @@ async def start_answer(
             async with lane.aside():
                 rewrite = await _standalone(rewriter, question=cleaned, history=history)
         retrieval = await _retrieve(
+            lane,
             user=user,
             question=cleaned,
             previous_question=history[-1].question if history else None,

@@ -74,12 +74,21 @@ def select_sources(
     question: str,
     visible_document_ids: Callable[[Iterable[int]], set[int]],
 ) -> SourceSelection:
-    """Decide every candidate's fate, and number the survivors [1..N] by best rank."""
+    """Decide every candidate's fate, and number the survivors [1..N] by best rank.
+
+    The three steps below in one call; the pipeline runs the rerank apart, since it may
+    wait on the network (``rerank``)."""
+    contenders = sources_contending(candidates, question=question)
+    rerank_error = rerank(contenders, question=question)
+    sources = sources_numbered(contenders, visible_document_ids=visible_document_ids)
+    return SourceSelection(sources=sources, rerank_error=rerank_error)
+
+
+def sources_contending(candidates: Sequence[Candidate], *, question: str) -> list[Candidate]:
+    """The candidates that compete for the places, ranked; the others are marked below the
+    threshold."""
     threshold = float(answers_settings.SCORE_THRESHOLD)
     ratio = float(answers_settings.SOURCE_SCORE_RATIO)
-    per_document = int(answers_settings.MAX_CHUNKS_PER_DOCUMENT)
-    max_sources = int(answers_settings.MAX_SOURCES)
-    near_duplicate = float(answers_settings.NEAR_DUPLICATE_SIMILARITY)
 
     # The threshold decides whether the question is answered: its best chunk must reach
     # it. Which chunks then compete for the places is relative to that best (ADR 0033): a
@@ -94,7 +103,7 @@ def select_sources(
             candidate.dropped_reason = Dropped.BELOW_THRESHOLD
         else:
             alive.append(candidate)
-    alive = candidates_ranked(
+    return candidates_ranked(
         alive,
         question=question,
         title_weight=float(answers_settings.RANK_TITLE_WEIGHT),
@@ -102,26 +111,49 @@ def select_sources(
         api_title_penalty=float(answers_settings.RANK_API_TITLE_PENALTY),
     )
 
+
+def reranks() -> bool:
+    """Whether a reranker is configured (``rerank`` then has work to do)."""
+    return get_reranker() is not None
+
+
+def rerank(contenders: list[Candidate], *, question: str) -> str:
+    """Reorder ``contenders`` (in place) by the reranker's scores, if one is configured;
+    returns why it failed, or "". Reads no database: an HTTP reranker waits on the network
+    for up to ``RERANK_TIMEOUT``, so the pipeline runs this off the thread database work
+    shares (ADR 0017, "Later")."""
     reranker = get_reranker()
-    rerank_error = ""
-    if reranker is not None and alive:
-        try:
-            scores = [float(score) for score in reranker.rerank(question, alive)]
-            if len(scores) != len(alive):
-                raise ValueError(f"{len(scores)} scores for {len(alive)} candidates")
-        except Exception as exc:
-            # A reranker is an optional refinement: when it fails the answer goes on with
-            # the ranked search order, and the admin shows why (no rerank scores either).
-            logger.warning("Reranker failed; keeping the search order", exc_info=True)
-            rerank_error = f"{type(exc).__name__}: {exc}"[:500]
-        else:
-            for candidate, score in zip(alive, scores, strict=True):
-                candidate.rerank_score = score
-            alive.sort(key=lambda c: (-(c.rerank_score or 0.0), c.rank))
+    if reranker is None or not contenders:
+        return ""
+    try:
+        scores = [float(score) for score in reranker.rerank(question, contenders)]
+        if len(scores) != len(contenders):
+            raise ValueError(f"{len(scores)} scores for {len(contenders)} candidates")
+    except Exception as exc:
+        # A reranker is an optional refinement: when it fails the answer goes on with
+        # the ranked search order, and the admin shows why (no rerank scores either).
+        logger.warning("Reranker failed; keeping the search order", exc_info=True)
+        return f"{type(exc).__name__}: {exc}"[:500]
+    for candidate, score in zip(contenders, scores, strict=True):
+        candidate.rerank_score = score
+    contenders.sort(key=lambda c: (-(c.rerank_score or 0.0), c.rank))
+    return ""
+
+
+def sources_numbered(
+    contenders: Sequence[Candidate],
+    *,
+    visible_document_ids: Callable[[Iterable[int]], set[int]],
+) -> list[NumberedSource]:
+    """The contenders' fates in their (reranked) order: the per-document cap, access,
+    near-duplicates, the source limit; the survivors numbered [1..N]."""
+    per_document = int(answers_settings.MAX_CHUNKS_PER_DOCUMENT)
+    max_sources = int(answers_settings.MAX_SOURCES)
+    near_duplicate = float(answers_settings.NEAR_DUPLICATE_SIMILARITY)
 
     kept_per_document: dict[int, int] = {}
     capped: list[Candidate] = []
-    for candidate in alive:
+    for candidate in contenders:
         kept = kept_per_document.get(candidate.document_id, 0)
         if kept >= per_document:
             candidate.dropped_reason = Dropped.DOCUMENT_CAP
@@ -179,7 +211,7 @@ def select_sources(
         )
         for number, members in grouped.items()
     ]
-    return SourceSelection(sources=sources, rerank_error=rerank_error)
+    return sources
 
 
 def _near_duplicate(

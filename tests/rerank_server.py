@@ -5,7 +5,9 @@ Infinity (``{"results": [{"index", "relevance_score"}]}``) or text-embeddings-in
 ``behaviour`` is one of ``ok`` (scores favour the last text), ``status`` (HTTP ``status``),
 ``malformed`` (not JSON), ``short`` (one result fewer), ``slow`` (sleeps ``delay`` s),
 ``nan`` (a score that is no number: ``NaN``, as an fp16 model can overflow to), ``drip``
-(a whole answer, one byte every ``delay / 20`` s: each read is quick, the whole one is not).
+(a whole answer, one byte every ``delay / 20`` s: each read is quick, the whole one is not),
+``hold`` (keeps each request open until ``release`` is set, at most ``delay`` s; ``holding``
+counts the requests it holds at the moment).
 """
 
 from __future__ import annotations
@@ -23,6 +25,9 @@ class FakeReranker:
         self.status = 500
         self.delay = 2.0
         self.requests: list[dict[str, Any]] = []
+        self.release = threading.Event()
+        self.holding = 0
+        self._lock = threading.Lock()
         self.headers: list[dict[str, str]] = []
         fake = self
 
@@ -44,6 +49,12 @@ class FakeReranker:
                     return
                 if fake.behaviour == "slow":
                     time.sleep(fake.delay)
+                if fake.behaviour == "hold":
+                    with fake._lock:
+                        fake.holding += 1
+                    fake.release.wait(fake.delay)
+                    with fake._lock:
+                        fake.holding -= 1
                 n = len(texts) - (1 if fake.behaviour == "short" else 0)
                 # Later texts score higher, best first, as real servers sort them.
                 ranked = sorted(range(n), key=lambda i: -i)

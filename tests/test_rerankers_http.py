@@ -4,15 +4,19 @@ question says why (the admin shows it)."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from asgiref.sync import sync_to_async
 from django.contrib.auth.models import User
 from django.core.checks import run_checks
 from django.urls import reverse
 
-from answers.models import Answer
+from answers.models import Answer, RetrievedSource
 from answers.pipeline import retrieve_sources
 from answers.rerankers import HttpReranker, RerankerError
 from tests.helpers import ask
@@ -140,3 +144,65 @@ def test_a_stored_answer_says_why_its_reranker_was_not_used(
     assert "failed, search order kept: RerankerError: reranker returned HTTP 500" in (
         page.content.decode()
     )
+
+
+# Where the reranker's wait happens (ADR 0017, "Later"): a live daphne on SQLite, whose
+# reranker is this test's server, and real WebSocket clients.
+
+NOTHING_FOUND = "zzqxv wibblefrotz quuxplonk"
+
+
+async def _until(condition: Any, *, within: float = 15.0) -> bool:
+    """Whether ``condition`` came true within ``within`` seconds."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    while not condition():
+        if loop.time() > deadline:
+            return False
+        await asyncio.sleep(0.02)
+    return True
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_slow_reranks_do_not_hold_up_other_users_answers(
+    corpus, asker, other_asker, member
+) -> None:  # type: ignore[no-untyped-def]
+    """Two users' reranks held open by the reranker: a third user's answer, whose question
+    finds nothing to rerank, still comes; the two answers then come reranked."""
+    from django.db import connections
+
+    from tests.live import run_live_server
+    from tests.sockets import live_receive_until_final, live_socket, session_cookie
+
+    cookies = [await sync_to_async(session_cookie)(u) for u in (asker, other_asker, member)]
+    with FakeReranker() as fake:
+        fake.behaviour, fake.delay = "hold", 20.0  # held until released, 20 s at most
+        env = {"DJANGO_SETTINGS_MODULE": "tests.settings_reranked", "TEST_RERANK_URL": fake.url}
+        with run_live_server(connections["default"].settings_dict, env=env) as live:
+            first, second, third = [await live_socket(live, cookie) for cookie in cookies]
+            await first.send(json.dumps({"type": "ask", "question": QUESTION}))
+            assert await _until(lambda: fake.holding == 1)
+            # Another user's rerank reaches the reranker while the first is still open.
+            await second.send(json.dumps({"type": "ask", "question": QUESTION}))
+            both_held = await _until(lambda: fake.holding == 2)
+            asked = time.monotonic()
+            await third.send(json.dumps({"type": "ask", "question": NOTHING_FOUND}))
+            unreranked = await live_receive_until_final(third, timeout=30)
+            held_meanwhile = fake.holding
+            print(f"third user's answer after {time.monotonic() - asked:.3f} s")
+            fake.release.set()
+            reranked = [await live_receive_until_final(s, timeout=30) for s in (first, second)]
+            for socket in (first, second, third):
+                await socket.close()
+
+    assert both_held, "the second user's rerank waited for the first user's"
+    assert unreranked[-1]["type"] == "done" and unreranked[-1]["status"] == "no_answer"
+    # Its answer came while both reranks were still open at the reranker.
+    assert held_meanwhile == 2
+    for messages in reranked:
+        assert messages[-1]["type"] == "done" and messages[-1]["status"] == "complete"
+        answer = await Answer.objects.select_related("question").aget(pk=messages[-1]["answer_id"])
+        assert answer.question.rerank_error == ""
+        assert await RetrievedSource.objects.filter(
+            question=answer.question, rerank_score__isnull=False
+        ).aexists()
