@@ -36,7 +36,7 @@ def slow(settings):  # type: ignore[no-untyped-def]
 
 async def connected(user):  # type: ignore[no-untyped-def]
     comm = scoped_socket(user)
-    assert (await comm.connect())[0]
+    assert (await comm.connect(timeout=30))[0]
     return comm
 
 
@@ -49,20 +49,20 @@ async def test_every_event_carries_consecutive_sequence_numbers(corpus, asker):
     await comm.send_json_to({"type": "ask", "question": QUESTION})
     messages = await receive_until_final(comm)
     assert [m["seq"] for m in messages] == list(range(1, len(messages) + 1))
-    await comm.disconnect()
+    await comm.disconnect(timeout=30)
 
 
 async def test_a_client_that_drops_resumes_the_rest_of_its_answer(corpus, asker, slow):
     first = await connected(asker)
     await first.send_json_to({"type": "ask", "question": QUESTION})
-    before = [await first.receive_json_from(timeout=5) for _ in range(3)]
-    await first.disconnect()
+    before = [await first.receive_json_from(timeout=30) for _ in range(3)]
+    await first.disconnect(timeout=30)
 
     second = await connected(asker)
     answer_id, after = before[0]["answer_id"], before[-1]["seq"]
     await second.send_json_to({"type": "resume", "answer_id": answer_id, "after": after})
     rest = await receive_until_final(second, timeout=10)
-    await second.disconnect()
+    await second.disconnect(timeout=30)
 
     assert [m["seq"] for m in before + rest] == list(range(1, len(before) + len(rest) + 1))
     stored = await Answer.objects.aget(pk=answer_id)
@@ -77,7 +77,7 @@ async def test_a_client_that_drops_resumes_the_rest_of_its_answer(corpus, asker,
 async def test_a_second_tab_watches_the_same_answer_from_the_start(corpus, asker, slow):
     asking = await connected(asker)
     await asking.send_json_to({"type": "ask", "question": QUESTION})
-    references = await asking.receive_json_from(timeout=5)
+    references = await asking.receive_json_from(timeout=30)
     watching = await connected(asker)
     await watching.send_json_to(
         {"type": "resume", "answer_id": references["answer_id"], "after": 0}
@@ -86,8 +86,8 @@ async def test_a_second_tab_watches_the_same_answer_from_the_start(corpus, asker
     watched = await receive_until_final(watching, timeout=10)
     assert [(m["seq"], m["type"]) for m in watched] == [(m["seq"], m["type"]) for m in asked]
     assert tokens(watched) == tokens(asked) and watched[-1]["text"] == asked[-1]["text"]
-    await asking.disconnect()
-    await watching.disconnect()
+    await asking.disconnect(timeout=30)
+    await watching.disconnect(timeout=30)
 
 
 @pytest.fixture
@@ -101,7 +101,7 @@ async def _asked_to_the_end(user) -> list[dict]:  # type: ignore[no-untyped-def]
     comm = await connected(user)
     await comm.send_json_to({"type": "ask", "question": QUESTION})
     asked = await receive_until_final(comm)
-    await comm.disconnect()
+    await comm.disconnect(timeout=30)
     await streams.answer_streams_wait(timeout=10)
     return asked
 
@@ -135,13 +135,13 @@ async def test_resuming_after_the_done_over_a_socket_ends_at_once_with_nothing(
         # gets the `done` alone.
         while True:
             await comm.send_json_to({"type": "resume", "answer_id": answer_id, "after": last - 1})
-            message = await comm.receive_json_from(timeout=5)
+            message = await comm.receive_json_from(timeout=30)
             if (message["type"], message.get("code")) != ("error", "busy"):
                 return message
 
     assert await asyncio.wait_for(next_word(), timeout=30) == asked[-1]
     assert await comm.receive_nothing()
-    await comm.disconnect()
+    await comm.disconnect(timeout=30)
 
 
 async def test_resuming_past_anything_logged_gets_the_stored_result_at_once(corpus, asker, patient):
@@ -152,7 +152,7 @@ async def test_resuming_past_anything_logged_gets_the_stored_result_at_once(corp
     (stored,) = await receive_until_final(comm)
     assert stored["type"] == "done" and stored["seq"] is None
     assert stored["text"] == asked[-1]["text"]
-    await comm.disconnect()
+    await comm.disconnect(timeout=30)
 
 
 async def test_a_follower_here_after_the_done_gets_nothing_more(corpus, asker):
@@ -186,7 +186,7 @@ async def test_resuming_a_finished_answer_replays_its_log_then_the_stored_result
     assert stored["type"] == "done" and stored["seq"] is None
     assert stored["status"] == "complete" and stored["text"] == asked[-1]["text"]
     assert stored["references"] == asked[-1]["references"]
-    await comm.disconnect()
+    await comm.disconnect(timeout=30)
 
 
 async def test_an_asker_who_leaves_while_the_stream_starts_leaves_no_answer_streaming(
@@ -263,19 +263,19 @@ async def test_a_follower_never_passes_a_gap_that_the_log_lost_too(
 async def test_only_the_owner_may_resume(corpus, asker, other_asker, slow):
     comm = await connected(asker)
     await comm.send_json_to({"type": "ask", "question": QUESTION})
-    answer_id = (await comm.receive_json_from(timeout=5))["answer_id"]
+    answer_id = (await comm.receive_json_from(timeout=30))["answer_id"]
     intruder = await connected(other_asker)
     for target in (answer_id, answer_id + 1000):
         await intruder.send_json_to({"type": "resume", "answer_id": target, "after": 0})
-        error = await intruder.receive_json_from(timeout=5)
+        error = await intruder.receive_json_from(timeout=30)
         assert error["type"] == "error" and error["code"] == "not_found"
         assert error["message"] == "answer not found"
     # A stop from someone else's socket reaches nothing: it follows no answer.
     await intruder.send_json_to({"type": "stop"})
-    assert (await intruder.receive_json_from(timeout=5))["code"] == "idle"
+    assert (await intruder.receive_json_from(timeout=30))["code"] == "idle"
     assert (await receive_until_final(comm, timeout=10))[-1]["status"] == "complete"
-    await comm.disconnect()
-    await intruder.disconnect()
+    await comm.disconnect(timeout=30)
+    await intruder.disconnect(timeout=30)
 
 
 @pytest.mark.parametrize(
@@ -294,29 +294,29 @@ async def test_only_the_owner_may_resume(corpus, asker, other_asker, slow):
 async def test_bad_resume_messages_get_a_clear_error(corpus, asker, message):
     comm = await connected(asker)
     await comm.send_json_to(message)
-    error = await comm.receive_json_from(timeout=5)
+    error = await comm.receive_json_from(timeout=30)
     assert error["type"] == "error" and error["code"] == "invalid" and error["message"]
     await comm.send_json_to({"type": "ask", "question": QUESTION})
     assert (await receive_until_final(comm))[-1]["type"] == "done"
-    await comm.disconnect()
+    await comm.disconnect(timeout=30)
 
 
 async def test_stop_from_a_resumed_socket_stops_the_answer_for_every_follower(corpus, asker, slow):
     asking = await connected(asker)
     await asking.send_json_to({"type": "ask", "question": QUESTION})
-    answer_id = (await asking.receive_json_from(timeout=5))["answer_id"]
-    await asking.receive_json_from(timeout=5)
+    answer_id = (await asking.receive_json_from(timeout=30))["answer_id"]
+    await asking.receive_json_from(timeout=30)
     other_tab = await connected(asker)
     await other_tab.send_json_to({"type": "resume", "answer_id": answer_id, "after": 0})
-    await other_tab.receive_json_from(timeout=5)
+    await other_tab.receive_json_from(timeout=30)
     await other_tab.send_json_to({"type": "stop"})
     for comm in (asking, other_tab):
         done = (await receive_until_final(comm, timeout=10))[-1]
         assert done["type"] == "done" and done["status"] == "interrupted"
     stored = await Answer.objects.aget(pk=answer_id)
     assert stored.status == "interrupted" and stored.final_text == done["text"]
-    await asking.disconnect()
-    await other_tab.disconnect()
+    await asking.disconnect(timeout=30)
+    await other_tab.disconnect(timeout=30)
 
 
 async def test_stop_sent_while_the_question_is_prepared_is_not_lost(corpus, asker, slow):
@@ -325,7 +325,7 @@ async def test_stop_sent_while_the_question_is_prepared_is_not_lost(corpus, aske
     await comm.send_json_to({"type": "stop"})
     messages = await receive_until_final(comm, timeout=10)
     assert messages[-1]["type"] == "done" and messages[-1]["status"] == "interrupted"
-    await comm.disconnect()
+    await comm.disconnect(timeout=30)
 
 
 # The follower on its own, with hand-made logs: what the layer may do, on purpose.
@@ -342,11 +342,50 @@ async def _answer(asker) -> Answer:  # type: ignore[no-untyped-def]
     return run.answer
 
 
-async def test_a_message_the_layer_dropped_is_read_from_the_log(corpus, asker):
+class LogReads:
+    """How often followers have read the stream log so far. A follower with nothing to
+    replay joins its group, then reads the log (its replay), then re-reads it at every
+    quiet poll: a test waits for the read it needs rather than for a guessed time."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._read = asyncio.Event()
+
+    def add(self) -> None:
+        self.count += 1
+        self._read.set()
+
+    async def reached(self, count: int) -> None:
+        async def reads() -> None:
+            while self.count < count:
+                self._read.clear()
+                await self._read.wait()
+
+        await asyncio.wait_for(reads(), timeout=30)  # generous: CI is loaded
+
+
+@pytest.fixture
+def log_reads(monkeypatch) -> LogReads:  # type: ignore[no-untyped-def]
+    from answers.streams import relay
+
+    counted = LogReads()
+    read = relay.log_read
+
+    async def log_read(*args, **kwargs):  # type: ignore[no-untyped-def]
+        try:
+            return await read(*args, **kwargs)
+        finally:
+            counted.add()
+
+    monkeypatch.setattr(relay, "log_read", log_read)
+    return counted
+
+
+async def test_a_message_the_layer_dropped_is_read_from_the_log(corpus, asker, log_reads):
     answer = await _answer(asker)
     follow = streams.answer_stream_follow(answer_id=answer.pk, user=asker, after=0)
     first = asyncio.ensure_future(anext(follow))
-    await asyncio.sleep(0.1)  # subscribed, found no log, now listening
+    await log_reads.reached(1)  # subscribed, found no log, now listening
     entries = [await _log(answer, seq, "token", text=f"t{seq}") for seq in (1, 2, 3)]
     layer = get_channel_layer()
     # Only the third reaches the group; the first two were "dropped".
@@ -367,12 +406,12 @@ def test_one_event_travels_alone_as_it_always_has_and_several_in_order():
 
 
 async def test_a_follower_unpacks_batches_in_order_skipping_what_it_has_and_filling_gaps(
-    corpus, asker
+    corpus, asker, log_reads
 ):
     answer = await _answer(asker)
     follow = streams.answer_stream_follow(answer_id=answer.pk, user=asker, after=0)
     first = asyncio.ensure_future(anext(follow))
-    await asyncio.sleep(0.1)  # subscribed, found no log, now listening
+    await log_reads.reached(1)  # subscribed, found no log, now listening
     # 1 and 2 only in the log (the message that carried them was dropped), then 3-5 in one
     # message, then 4-7 (4 and 5 again): those only on the layer.
     entries = [await _log(answer, seq, "token", text=f"t{seq}") for seq in (1, 2)]
@@ -388,14 +427,14 @@ async def test_a_follower_unpacks_batches_in_order_skipping_what_it_has_and_fill
     assert [e.to_dict() for e in got] == entries
 
 
-async def test_a_quiet_stream_is_caught_up_from_the_log(corpus, asker, settings):
+async def test_a_quiet_stream_is_caught_up_from_the_log(corpus, asker, settings, log_reads):
     settings.ANSWERS = {**settings.ANSWERS, "STREAM_POLL_INTERVAL": 0.1}
     answer = await _answer(asker)
     follow = streams.answer_stream_follow(answer_id=answer.pk, user=asker, after=0)
     first = asyncio.ensure_future(anext(follow))
-    await asyncio.sleep(0.05)
+    await log_reads.reached(1)  # replayed (nothing yet): only a poll can find what follows
     await _log(answer, 1, "token", text="only in the log")
-    assert (await asyncio.wait_for(first, timeout=5)).event.text == "only in the log"
+    assert (await asyncio.wait_for(first, timeout=30)).event.text == "only in the log"
     await follow.aclose()
 
 
@@ -430,17 +469,25 @@ async def test_an_unreachable_channel_layer_refuses_the_stream_and_stores_the_fa
     assert answer.status == "failed" and "channel layer" in answer.error
 
 
-async def test_a_reused_answer_id_never_meets_the_old_answers_log(corpus, asker):
+async def test_a_reused_answer_id_never_meets_the_old_answers_log(
+    corpus, asker, settings, log_reads
+):
+    settings.ANSWERS = {**settings.ANSWERS, "STREAM_POLL_INTERVAL": 0.1}
     answer = await _answer(asker)
     # The log of an earlier answer that had this id (a database recreated or restored).
     earlier = Answer(pk=answer.pk, created_at=answer.created_at - timedelta(days=1))
     await _log(earlier, 1, "done", text="someone else's answer")
     follow = streams.answer_stream_follow(answer_id=answer.pk, user=asker, after=0)
     first = asyncio.ensure_future(anext(follow))
-    await asyncio.sleep(0.1)
+    # Replayed and polled once: anything the old log gave it would have reached it by now.
+    polled = asyncio.ensure_future(log_reads.reached(2))
+    await asyncio.wait({first, polled}, return_when=asyncio.FIRST_COMPLETED)
+    if first.done():
+        polled.cancel()
     assert not first.done()  # nothing replayed: the old log is not this answer's
+    await polled
     await _log(answer, 1, "token", text="mine")  # found at the next poll of the log
-    assert (await asyncio.wait_for(first, timeout=10)).event.text == "mine"
+    assert (await asyncio.wait_for(first, timeout=30)).event.text == "mine"
     await follow.aclose()
 
 
