@@ -27,6 +27,9 @@ CHROMIUM_ARGS = [
     "--disable-sync",
 ]
 TIMEOUT_MS = 15_000
+# The context's default timeout covers actions and waits, not `expect`, whose own default
+# (5 s) an answer streaming on a loaded CI machine can outlast.
+expect.set_options(timeout=TIMEOUT_MS)
 QUESTION = "What is a lambda expression?"
 
 # Records, per turn, the first text streamed into an answer while it is still streaming.
