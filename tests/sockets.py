@@ -61,7 +61,7 @@ async def session_socket(
     return raw_socket(_headers(origin, HOST, [cookie]), path=path)
 
 
-async def receive_until_final(comm: WebsocketCommunicator, timeout: float = 5) -> list[dict]:
+async def receive_until_final(comm: WebsocketCommunicator, timeout: float = 30) -> list[dict]:
     messages = []
     while True:
         message = await comm.receive_json_from(timeout=timeout)
@@ -70,7 +70,7 @@ async def receive_until_final(comm: WebsocketCommunicator, timeout: float = 5) -
             return messages
 
 
-async def ask_on(comm: WebsocketCommunicator, question: str, timeout: float = 5) -> list[dict]:
+async def ask_on(comm: WebsocketCommunicator, question: str, timeout: float = 30) -> list[dict]:
     """Ask ``question`` on an open socket: every message up to the final one."""
     await comm.send_json_to({"type": "ask", "question": question})
     return await receive_until_final(comm, timeout=timeout)
@@ -78,7 +78,7 @@ async def ask_on(comm: WebsocketCommunicator, question: str, timeout: float = 5)
 
 async def connected(comm: WebsocketCommunicator) -> WebsocketCommunicator:
     """``comm``, connected (asserted)."""
-    accepted, code = await comm.connect()
+    accepted, code = await comm.connect(timeout=30)
     assert accepted, f"the socket was refused ({code})"
     return comm
 

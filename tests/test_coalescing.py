@@ -51,10 +51,10 @@ def test_the_socket_sends_fewer_frames_with_the_same_text_and_still_stops(corpus
     async def ask(window_ms: int):  # type: ignore[no-untyped-def]
         settings.ANSWERS = {**settings.ANSWERS, "STREAM_COALESCE_MS": window_ms}
         comm = scoped_socket(asker)
-        assert (await comm.connect())[0]
+        assert (await comm.connect(timeout=30))[0]
         await comm.send_json_to({"type": "ask", "question": "What is a lambda expression?"})
         messages = await receive_until_final(comm)
-        await comm.disconnect()
+        await comm.disconnect(timeout=30)
         return messages
 
     plain = async_to_sync(ask)(0)
@@ -74,14 +74,14 @@ def test_stop_still_interrupts_a_coalesced_stream(corpus, asker, settings):
 
     async def run():  # type: ignore[no-untyped-def]
         comm = scoped_socket(asker)
-        assert (await comm.connect())[0]
+        assert (await comm.connect(timeout=30))[0]
         await comm.send_json_to({"type": "ask", "question": "What is a lambda expression?"})
-        first = await comm.receive_json_from(timeout=5)
-        while (await comm.receive_json_from(timeout=5))["type"] != "token":
+        first = await comm.receive_json_from(timeout=30)
+        while (await comm.receive_json_from(timeout=30))["type"] != "token":
             pass
         await comm.send_json_to({"type": "stop"})
         messages = await receive_until_final(comm)
-        await comm.disconnect()
+        await comm.disconnect(timeout=30)
         return first, messages[-1]
 
     first, last = async_to_sync(run)()

@@ -26,7 +26,7 @@ async def streaming(user, settings, *, delay: float):  # type: ignore[no-untyped
     settings.ANSWERS = {**settings.ANSWERS, "EXTRACTIVE_DELAY": delay}
     comm = await connected(scoped_socket(user))
     await comm.send_json_to({"type": "ask", "question": LAMBDA})
-    first = await comm.receive_json_from(timeout=5)
+    first = await comm.receive_json_from(timeout=30)
     assert first["type"] == "references"
     return comm, first
 
@@ -56,12 +56,12 @@ async def test_events_arrive_in_order_with_server_rendered_panels(corpus, asker,
     streamed = "".join(m["text"] for m in messages if m["type"] == "token")
     stored = await Answer.objects.aget(pk=done["answer_id"])
     assert stored.status == "complete" and stored.raw_text == streamed
-    await comm.disconnect()
+    await comm.disconnect(timeout=30)
 
 
 async def test_stop_cancels_generation_and_stores_the_partial_answer(corpus, asker, settings):
     comm, first = await streaming(asker, settings, delay=0.2)
-    token = await comm.receive_json_from(timeout=5)
+    token = await comm.receive_json_from(timeout=30)
     assert token["type"] in ("token", "citation")
     await comm.send_json_to({"type": "stop"})
     messages = await receive_until_final(comm)
@@ -71,10 +71,10 @@ async def test_stop_cancels_generation_and_stores_the_partial_answer(corpus, ask
     assert stored.final_text == messages[-1]["text"]
     # The socket stays usable.
     await comm.send_json_to({"type": "ask", "question": LAMBDA})
-    assert (await comm.receive_json_from(timeout=5))["type"] == "references"
+    assert (await comm.receive_json_from(timeout=30))["type"] == "references"
     await comm.send_json_to({"type": "stop"})
     assert (await receive_until_final(comm))[-1]["status"] == "interrupted"
-    await comm.disconnect()
+    await comm.disconnect(timeout=30)
 
 
 async def test_a_stop_sent_right_after_resume_stops_the_answer(corpus, asker, settings):
@@ -89,8 +89,8 @@ async def test_a_stop_sent_right_after_resume_stops_the_answer(corpus, asker, se
     assert (await receive_until_final(comm))[-1]["status"] == "interrupted"
     stored = await Answer.objects.aget(pk=first["answer_id"])
     assert stored.status == "interrupted"
-    await other.disconnect()
-    await comm.disconnect()
+    await other.disconnect(timeout=30)
+    await comm.disconnect(timeout=30)
 
 
 async def test_a_stop_after_access_was_lost_is_an_error_not_a_dead_socket(corpus, asker, settings):
@@ -100,11 +100,11 @@ async def test_a_stop_after_access_was_lost_is_an_error_not_a_dead_socket(corpus
     ask = await Permission.objects.aget(codename="ask_question")
     await database_sync_to_async(asker.user_permissions.remove)(ask)
     await comm.send_json_to({"type": "stop"})
-    error = await comm.receive_json_from(timeout=5)
+    error = await comm.receive_json_from(timeout=30)
     while error["type"] != "error":  # tokens still under way
-        error = await comm.receive_json_from(timeout=5)
+        error = await comm.receive_json_from(timeout=30)
     assert error["code"] == "not_found" and error["message"]
-    await comm.disconnect()
+    await comm.disconnect(timeout=30)
 
 
 async def test_a_failing_user_check_still_gets_a_reply(corpus, asker, monkeypatch):
@@ -119,13 +119,13 @@ async def test_a_failing_user_check_still_gets_a_reply(corpus, asker, monkeypatc
         await comm.send_json_to(frame)
         messages = await receive_until_final(comm)
         assert [(m["type"], m["code"]) for m in messages] == [("error", "failed")]
-    await comm.disconnect()
+    await comm.disconnect(timeout=30)
 
 
 async def test_a_disconnect_leaves_the_answer_generating_to_the_end(corpus, asker, settings):
     comm, first = await streaming(asker, settings, delay=0.05)
-    await comm.receive_json_from(timeout=5)
-    await comm.disconnect()
+    await comm.receive_json_from(timeout=30)
+    await comm.disconnect(timeout=30)
     await answer_streams_wait(timeout=30)
     stored = await Answer.objects.aget(pk=first["answer_id"])
     assert stored.status == "complete" and stored.final_text
@@ -136,34 +136,34 @@ async def test_a_second_ask_while_streaming_gets_a_clear_error(corpus, asker, se
     await comm.send_json_to({"type": "ask", "question": "Another?"})
     seen = []
     while True:
-        message = await comm.receive_json_from(timeout=5)
+        message = await comm.receive_json_from(timeout=30)
         seen.append(message)
         if message["type"] == "error":
             break
     assert seen[-1]["code"] == "busy"
     await comm.send_json_to({"type": "stop"})
     await receive_until_final(comm)
-    await comm.disconnect()
+    await comm.disconnect(timeout=30)
 
 
 async def test_anonymous_users_are_refused(corpus):
     from django.contrib.auth.models import AnonymousUser
 
     comm = scoped_socket(AnonymousUser())
-    accepted, _ = await comm.connect()
+    accepted, _ = await comm.connect(timeout=30)
     assert not accepted
 
 
 async def test_users_without_the_ask_permission_are_refused(corpus, no_ask_user):
     comm = scoped_socket(no_ask_user)
-    accepted, _ = await comm.connect()
+    accepted, _ = await comm.connect(timeout=30)
     assert not accepted
 
 
 @pytest.mark.parametrize("origin", [(b"origin", b"https://evil.example"), None])
 async def test_foreign_or_missing_origins_are_refused(corpus, asker, client, origin):
     comm = await session_socket(client, asker, origin=origin)
-    accepted, _ = await comm.connect()
+    accepted, _ = await comm.connect(timeout=30)
     assert not accepted
 
 
@@ -174,7 +174,7 @@ async def test_a_restricted_document_never_appears_for_an_outsider(corpus, asker
     for title in RESTRICTED:
         assert title not in blob
     assert "helium" not in blob and "hangar nine" not in blob
-    await comm.disconnect()
+    await comm.disconnect(timeout=30)
 
 
 @pytest.mark.parametrize(
@@ -198,10 +198,10 @@ async def test_a_restricted_document_never_appears_for_an_outsider(corpus, asker
 async def test_bad_messages_get_an_error_and_the_socket_survives(corpus, asker, frame, code):
     comm = await connected(scoped_socket(asker))
     await comm.send_to(text_data=frame)
-    error = await comm.receive_json_from(timeout=5)
+    error = await comm.receive_json_from(timeout=30)
     assert error["type"] == "error" and error["code"] == code and error["message"]
     assert (await ask_on(comm, LAMBDA))[-1]["type"] == "done"
-    await comm.disconnect()
+    await comm.disconnect(timeout=30)
 
 
 async def test_the_longest_question_fits_a_frame_however_it_is_escaped(corpus, asker):
@@ -217,20 +217,20 @@ async def test_the_longest_question_fits_a_frame_however_it_is_escaped(corpus, a
     await comm.send_to(text_data=frame)
     events = await receive_until_final(comm)
     assert events[-1]["type"] == "done", events[-1]
-    await comm.disconnect()
+    await comm.disconnect(timeout=30)
 
 
 @pytest.mark.parametrize("path", ["/ws/nope/", "/ws/answers", "/"])
 async def test_a_socket_to_an_unknown_path_is_refused_cleanly(asker, path):
-    accepted, code = await scoped_socket(asker, path=path).connect()
+    accepted, code = await scoped_socket(asker, path=path).connect(timeout=30)
     assert not accepted and code == 1000
 
 
 async def test_binary_frames_are_refused_politely(corpus, asker):
     comm = await connected(scoped_socket(asker))
     await comm.send_to(bytes_data=b"\x00\x01")
-    assert (await comm.receive_json_from(timeout=5))["code"] == "bad_message"
-    await comm.disconnect()
+    assert (await comm.receive_json_from(timeout=30))["code"] == "bad_message"
+    await comm.disconnect(timeout=30)
 
 
 async def test_follow_up_continues_the_conversation(corpus, asker):
@@ -244,7 +244,7 @@ async def test_follow_up_continues_the_conversation(corpus, asker):
     second = await receive_until_final(comm)
     assert second[0]["turn"] == 2 and second[0]["conversation_id"] == conversation
     assert second[0]["answer_id"] != first[0]["answer_id"]
-    await comm.disconnect()
+    await comm.disconnect(timeout=30)
 
 
 async def test_the_socket_and_the_json_path_give_the_same_done(corpus, asker):
@@ -252,7 +252,7 @@ async def test_the_socket_and_the_json_path_give_the_same_done(corpus, asker):
 
     comm = await connected(scoped_socket(asker))
     done = (await ask_on(comm, "How do generators work?"))[-1]
-    await comm.disconnect()
+    await comm.disconnect(timeout=30)
     json_done = (await answer_question(user=asker, question="How do generators work?")).to_dict()
     for key in ("status", "text"):
         assert done[key] == json_done[key]
@@ -268,9 +268,9 @@ async def test_a_deactivated_users_socket_is_closed_at_the_next_question(corpus,
     asker.is_active = False
     await asker.asave(update_fields=["is_active"])
     await comm.send_json_to({"type": "ask", "question": LAMBDA})
-    error = await comm.receive_json_from(timeout=5)
+    error = await comm.receive_json_from(timeout=30)
     assert error["type"] == "error" and error["code"] == "signed_out"
-    assert (await comm.receive_output(timeout=5))["type"] == "websocket.close"
+    assert (await comm.receive_output(timeout=30))["type"] == "websocket.close"
 
 
 async def test_a_password_change_closes_the_other_sessions_sockets(corpus, asker, client):
@@ -281,9 +281,9 @@ async def test_a_password_change_closes_the_other_sessions_sockets(corpus, asker
     asker.set_password("a brand-new passphrase for the test")
     await asker.asave(update_fields=["password"])
     await comm.send_json_to({"type": "ask", "question": LAMBDA})
-    error = await comm.receive_json_from(timeout=5)
+    error = await comm.receive_json_from(timeout=30)
     assert error["type"] == "error" and error["code"] == "signed_out"
-    assert (await comm.receive_output(timeout=5))["type"] == "websocket.close"
+    assert (await comm.receive_output(timeout=30))["type"] == "websocket.close"
 
 
 async def test_a_rotated_secret_key_leaves_open_sockets_and_their_sessions_alone(
@@ -301,7 +301,7 @@ async def test_a_rotated_secret_key_leaves_open_sockets_and_their_sessions_alone
     assert (await ask_on(comm, LAMBDA))[-1]["type"] == "done"
     kept = client.cookies["sessionid"].value
     assert await Session.objects.filter(session_key=kept).aexists()
-    await comm.disconnect()
+    await comm.disconnect(timeout=30)
 
 
 async def test_group_changes_apply_to_the_next_question_on_an_open_socket(corpus, member, client):
@@ -312,4 +312,4 @@ async def test_group_changes_apply_to_the_next_question_on_an_open_socket(corpus
     await database_sync_to_async(member.groups.clear)()
     after = json.dumps(await ask_on(comm, question))
     assert not any(title in after for title in RESTRICTED)
-    await comm.disconnect()
+    await comm.disconnect(timeout=30)

@@ -35,7 +35,7 @@ def ask_json(client, user):  # type: ignore[no-untyped-def]
 async def _ask_socket(user):  # type: ignore[no-untyped-def]
     comm = await connected(scoped_socket(user))
     messages = await ask_on(comm, QUESTION, timeout=10)
-    await comm.disconnect()
+    await comm.disconnect(timeout=30)
     return messages
 
 
@@ -214,13 +214,13 @@ def test_stop_mid_stream_cancels_the_upstream_request(corpus, asker, fake_llm):
     async def run():  # type: ignore[no-untyped-def]
         comm = await connected(scoped_socket(asker))
         await comm.send_json_to({"type": "ask", "question": QUESTION})
-        first = await comm.receive_json_from(timeout=5)
-        while (await comm.receive_json_from(timeout=5))["type"] != "token":
+        first = await comm.receive_json_from(timeout=30)
+        while (await comm.receive_json_from(timeout=30))["type"] != "token":
             pass
         await comm.send_json_to({"type": "stop"})
-        while (message := await comm.receive_json_from(timeout=5))["type"] != "done":
+        while (message := await comm.receive_json_from(timeout=30))["type"] != "done":
             pass
-        await comm.disconnect()
+        await comm.disconnect(timeout=30)
         return first, message
 
     first, done = async_to_sync(run)()

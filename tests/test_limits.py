@@ -262,7 +262,7 @@ async def test_a_process_at_capacity_refuses_a_question_before_storing_it(
         comm = await connected(scoped_socket(other_asker))
         (error,) = await ask_on(comm, "What is a lambda?")
         assert (error["type"], error["code"]) == ("error", "busy")
-        await comm.disconnect()
+        await comm.disconnect(timeout=30)
         assert await Question.objects.acount() == 1  # only the first one
     finally:
         async for _ in asked.events:  # the first answer ends as it would

@@ -95,4 +95,4 @@ async def test_a_draining_process_refuses_a_question_on_the_socket_and_keeps_it_
     assert await Question.objects.acount() == 0
     monkeypatch.setattr(generation, "draining", False)  # the same socket, once it passes
     assert (await ask_on(comm, QUESTION))[-1]["type"] == "done"
-    await comm.disconnect()
+    await comm.disconnect(timeout=30)

@@ -31,7 +31,7 @@ async def _panels(user: Any, question: str) -> tuple[str, str]:
     """The provisional and the final Sources panel ``user`` gets for ``question``."""
     comm = await connected(scoped_socket(user))
     messages = await ask_on(comm, question)
-    await comm.disconnect()
+    await comm.disconnect(timeout=30)
     assert messages[0]["type"] == "references" and messages[-1]["type"] == "done"
     return messages[0]["sources_html"], messages[-1]["sources_html"]
 

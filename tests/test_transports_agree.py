@@ -53,7 +53,7 @@ async def test_every_transport_shows_the_same_sources(corpus, member, scripted, 
     comm = await connected(scoped_socket(member))
     await comm.send_json_to({"type": "resume", "answer_id": answer_id, "after": 0})
     socket_done = (await receive_until_final(comm))[-1]
-    await comm.disconnect()
+    await comm.disconnect(timeout=30)
     await client.aforce_login(member)
     page = (await client.get(f"/answers/{answer_id}/")).content.decode()
 
@@ -87,7 +87,7 @@ async def test_a_done_from_the_store_keeps_the_live_number_map(corpus, member, s
     comm = await connected(scoped_socket(member))
     await comm.send_json_to({"type": "resume", "answer_id": answer_id, "after": 0})
     socket_done = (await receive_until_final(comm))[-1]
-    await comm.disconnect()
+    await comm.disconnect(timeout=30)
     stored = await pipeline.stored_done(answer_id=answer_id, user=member)
 
     assert stored.number_map == live.number_map

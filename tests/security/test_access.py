@@ -402,7 +402,7 @@ async def test_asking_in_someone_elses_conversation_over_the_socket_is_not_found
     assert isinstance(theirs, pipeline.DoneEvent) and isinstance(mine, pipeline.DoneEvent)
     before = await Question.objects.acount()
     comm = scoped_socket(asker)
-    assert (await comm.connect())[0]
+    assert (await comm.connect(timeout=30))[0]
     for conversation in (theirs.answer.conversation_id, str(uuid.uuid4())):
         await comm.send_json_to(
             {"type": "ask", "question": "and def?", "conversation_id": conversation}
@@ -417,4 +417,4 @@ async def test_asking_in_someone_elses_conversation_over_the_socket_is_not_found
         {"type": "ask", "question": "and def?", "conversation_id": mine.answer.conversation_id}
     )
     assert (await receive_until_final(comm))[-1]["type"] == "done"
-    await comm.disconnect()
+    await comm.disconnect(timeout=30)

@@ -89,11 +89,11 @@ def test_an_expired_session_on_an_open_socket_ends_with_a_clear_message(corpus, 
 
     async def run():  # type: ignore[no-untyped-def]
         comm = await session_socket(client, asker)
-        assert (await comm.connect())[0]
+        assert (await comm.connect(timeout=30))[0]
         await Session.objects.all().adelete()
         await comm.send_json_to({"type": "ask", "question": "What is a lambda expression?"})
-        error = await comm.receive_json_from(timeout=5)
-        close = await comm.receive_output(timeout=5)
+        error = await comm.receive_json_from(timeout=30)
+        close = await comm.receive_output(timeout=30)
         return error, close
 
     error, close = async_to_sync(run)()

@@ -115,7 +115,7 @@ async def test_a_provider_failure_gives_a_generic_socket_error(corpus, asker, ex
     assert messages[-1]["message"] == pipeline.GENERIC_ERROR
     assert_reveals_nothing(json.dumps(messages[-1]))
     assert_no_exception_detail(json.dumps(messages))
-    await comm.disconnect()
+    await comm.disconnect(timeout=30)
 
 
 DEBUG_MARKERS = [
@@ -348,7 +348,7 @@ async def test_oversized_socket_messages_are_refused_before_retrieval(
         assert [(m["type"], m["code"]) for m in messages] == [("error", code)]
     assert retrieval_tripwire.calls == 0
     assert await Question.objects.acount() == before
-    await comm.disconnect()
+    await comm.disconnect(timeout=30)
 
 
 # --- (14) only the site's own pages may open a socket -----------------------------------
@@ -366,7 +366,7 @@ async def test_oversized_socket_messages_are_refused_before_retrieval(
 )
 async def test_a_socket_from_a_foreign_or_missing_origin_is_refused(corpus, asker, client, origin):
     comm = await session_socket(client, asker, origin=origin)
-    accepted, _ = await comm.connect()
+    accepted, _ = await comm.connect(timeout=30)
     assert not accepted
 
 
@@ -374,9 +374,9 @@ async def test_a_socket_from_a_foreign_or_missing_origin_is_refused(corpus, aske
 async def test_a_socket_from_the_sites_own_origin_is_accepted(corpus, asker, client):
     """The control for the test above, with the same session cookie."""
     comm = await session_socket(client, asker)
-    accepted, _ = await comm.connect()
+    accepted, _ = await comm.connect(timeout=30)
     assert accepted
-    await comm.disconnect()
+    await comm.disconnect(timeout=30)
 
 
 def _origin_scope(origin: str, host: str = "answers.example.com", **headers: str) -> dict:
@@ -424,7 +424,7 @@ async def test_a_socket_without_a_valid_session_is_refused(corpus):
     comm = raw_socket(
         [(b"host", b"testserver"), ORIGIN, (b"cookie", b"sessionid=forged-session-key")]
     )
-    accepted, code = await comm.connect()
+    accepted, code = await comm.connect(timeout=30)
     assert not accepted and code == 4401
 
 
@@ -463,7 +463,7 @@ async def test_an_open_socket_stops_answering_a_user_who_lost_access(corpus, ask
     messages = await ask_on(comm, LAMBDA)
     assert messages[0]["type"] == "error", [m["type"] for m in messages[:3]]
     assert not any(m.get("references") for m in messages)
-    await comm.disconnect()
+    await comm.disconnect(timeout=30)
 
 
 @pytest.mark.django_db(transaction=True)
@@ -486,7 +486,7 @@ async def test_an_open_socket_stops_showing_a_group_the_user_left(corpus, member
     assert restricted_titles(messages) == set()
     blob = json.dumps(messages)
     assert "hangar nine" not in blob and "helium" not in blob
-    await comm.disconnect()
+    await comm.disconnect(timeout=30)
 
 
 @pytest.mark.django_db

@@ -102,10 +102,10 @@ def test_a_revoked_answer_is_withheld_from_an_sse_resume(http, member):  # type:
 @pytest.mark.django_db(transaction=True)
 async def test_a_revoked_answer_is_withheld_from_a_socket_resume_and_stored_done(corpus, member):  # type: ignore[no-untyped-def]
     comm = scoped_socket(member)
-    assert (await comm.connect())[0]
+    assert (await comm.connect(timeout=30))[0]
     await comm.send_json_to({"type": "ask", "question": QUESTION})
     asked = await receive_until_final(comm)
-    await comm.disconnect()
+    await comm.disconnect(timeout=30)
     assert asked[-1]["type"] == "done" and SECRET in asked[-1]["text"]  # not vacuous
     answer_id = asked[0]["answer_id"]
 
@@ -115,10 +115,10 @@ async def test_a_revoked_answer_is_withheld_from_a_socket_resume_and_stored_done
         if log == "expired":
             await sync_to_async(cache.clear)()  # the stored done, from the database
         comm = scoped_socket(member)
-        assert (await comm.connect())[0]
+        assert (await comm.connect(timeout=30))[0]
         await comm.send_json_to({"type": "resume", "answer_id": answer_id, "after": 0})
         messages = await receive_until_final(comm)
-        await comm.disconnect()
+        await comm.disconnect(timeout=30)
         assert [m["type"] for m in messages] == ["done"], log
         (done,) = messages
         panel = done.pop("sources_html")
