@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from django.core.exceptions import RequestDataTooBig
+from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from ninja import Field, NinjaAPI, Path, Query, Schema, Status
 from pydantic import create_model, field_validator
@@ -192,6 +193,26 @@ def _not_found(
 ) -> HttpResponse:
     # One body for every answer that is missing or not yours, whichever route refuses it.
     return _error(request, code=exc.code, message="Not found.")
+
+
+# The database cannot be reached (refusing connections, its backends ended, or no pooled
+# connection within the pool's timeout): the caller may ask again once it is back.
+DATABASE_UNAVAILABLE_MESSAGE = "The service is unavailable right now. Please try again shortly."
+DATABASE_RETRY_AFTER = 5
+
+
+@api.exception_handler(OperationalError)
+@api.exception_handler(InterfaceError)
+def _database_unavailable(
+    request: HttpRequest, exc: OperationalError | InterfaceError
+) -> HttpResponse:
+    logger.error("The database could not be used: %s", exc)
+    return _error(
+        request,
+        code="unavailable",
+        message=DATABASE_UNAVAILABLE_MESSAGE,
+        retry_after=DATABASE_RETRY_AFTER,
+    )
 
 
 @api.exception_handler(RequestDataTooBig)

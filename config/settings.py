@@ -190,17 +190,27 @@ DATABASES = {"default": _database()}
 # DATABASE_POOL_SIZE however many threads ask; a thread over the limit waits for one.
 # 0 turns the pool off (then DATABASE_CONN_MAX_AGE applies). Sizing: docs/deployment.md.
 DATABASE_POOL_SIZE = env_int("DATABASE_POOL_SIZE", 10)
+DATABASE_POOL_TIMEOUT = env_int("DATABASE_POOL_TIMEOUT", 5)
 if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and DATABASE_POOL_SIZE > 0:
     if DATABASES["default"].get("CONN_MAX_AGE"):
         raise ImproperlyConfigured(
             "DATABASE_CONN_MAX_AGE and DATABASE_POOL_SIZE exclude each other: the pool keeps "
             "connections open; set DATABASE_POOL_SIZE=0 to use persistent connections instead."
         )
+    # Each borrowed connection is checked first (one empty query, a round trip of well
+    # under a millisecond): after the database went away and came back, the pool's idle
+    # connections are dead, and without the check each would fail one request.
+    DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
     DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
         "min_size": 1,
         "max_size": DATABASE_POOL_SIZE,
-        # A thread waits this long for a free connection before its request fails.
-        "timeout": 30,
+        # A thread waits this long for a connection before its request is refused (the API:
+        # 503 with Retry-After). Short, because every request pays the whole wait while the
+        # database refuses connections (the pool keeps reconnecting in the background); a
+        # healthy pool lends one in milliseconds, so seconds without one is an outage or an
+        # overload either way, and "ask again" beats a client's own timeout. Raise it when
+        # long queries hold every connection (a burst then waits longer rather than fail).
+        "timeout": DATABASE_POOL_TIMEOUT,
     }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # WAL lets the streaming writer and readers overlap; the timeout rides out short locks.

@@ -1,0 +1,129 @@
+"""The database going away and coming back, under a real daphne server (tests/live.py) on
+PostgreSQL: the test database (and only it) is made to refuse connections and its
+backends are ended, then it is let in again. The server itself is never stopped.
+
+What a client relies on: whatever it asks while the database is away is refused quickly
+with the same JSON error as every other refusal (503 ``unavailable``, with Retry-After),
+and once the database is back the same requests work again.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from django.db import connection, connections
+
+from answers import pipeline
+from tests.helpers import assert_json_error, bearer_headers, start
+from tests.live import LiveServer, run_live_server
+
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.skipif(connection.vendor != "postgresql", reason="needs PostgreSQL"),
+]
+
+QUESTION = "What is a lambda expression?"
+SSE = {"Accept": "text/event-stream"}
+
+
+class Outage:
+    """Makes the test database refuse connections and ends its backends (but the test's
+    own), and lets it in again. Only this run's database is touched."""
+
+    def __init__(self) -> None:
+        import psycopg
+
+        settings = connection.settings_dict
+        self.name = settings["NAME"]
+        # PostgreSQL alters a database's connections only from another one: the
+        # maintenance database, where nothing is read or written.
+        self.control = psycopg.connect(
+            dbname="postgres",
+            host=settings["HOST"] or None,
+            port=settings["PORT"] or None,
+            user=settings["USER"] or None,
+            password=settings["PASSWORD"] or None,
+            autocommit=True,
+        )
+
+    def begin(self) -> None:
+        with connection.cursor() as cursor:  # the test's own connection stays
+            cursor.execute("SELECT pg_backend_pid()")
+            own = cursor.fetchone()[0]
+        quoted = self.name.replace('"', '""')
+        self.control.execute(f'ALTER DATABASE "{quoted}" ALLOW_CONNECTIONS false')
+        self.control.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = %s AND pid <> pg_backend_pid() AND pid <> %s",
+            [self.name, own],
+        )
+
+    def end(self) -> None:
+        quoted = self.name.replace('"', '""')
+        self.control.execute(f'ALTER DATABASE "{quoted}" ALLOW_CONNECTIONS true')
+
+
+@pytest.fixture(scope="module")
+def _server_on_pg(django_db_setup) -> Iterator[LiveServer]:  # type: ignore[no-untyped-def]
+    env = {"ANSWERS_EXTRACTIVE_DELAY": "0.1"}
+    with run_live_server(connections["default"].settings_dict, env=env) as server:
+        yield server
+
+
+@pytest.fixture
+def outage(_server_on_pg: LiveServer, corpus) -> Iterator[Outage]:  # type: ignore[no-untyped-def]
+    own = Outage()
+    try:
+        yield own
+    finally:
+        own.end()
+        own.control.close()
+        print(f"--- {_server_on_pg.url} ---\n{_server_on_pg.log()}")
+
+
+@pytest.fixture
+def server(_server_on_pg: LiveServer, outage: Outage) -> LiveServer:
+    return _server_on_pg
+
+
+def _asked(user: Any) -> pipeline.AnswerRun:
+    run = start(user=user, question=QUESTION)
+    assert isinstance(run, pipeline.AnswerRun)
+    return run
+
+
+def test_while_the_database_is_away_the_api_refuses_with_503_and_retry_after(
+    server, outage, asker
+) -> None:  # type: ignore[no-untyped-def]
+    answer = _asked(asker).answer
+    auth = bearer_headers(asker)
+    with httpx.Client(base_url=server.url, timeout=60.0) as client:
+        assert client.get(f"/api/answers/{answer.pk}", headers=auth).status_code == 200
+        outage.begin()
+        for method, path, headers in [
+            ("GET", f"/api/answers/{answer.pk}/events", {**SSE, **auth}),
+            ("POST", f"/api/answers/{answer.pk}/stop", auth),
+            ("GET", f"/api/answers/{answer.pk}", auth),
+            ("POST", "/api/answers", {**SSE, **auth}),
+        ]:
+            body = {"question": QUESTION} if path == "/api/answers" else None
+            response = client.request(method, path, headers=headers, json=body)
+            assert_json_error(response, 503, "unavailable")
+            assert int(response.headers["Retry-After"]) > 0
+        # Back: a client that asks again after Retry-After reads the same answer (the pool
+        # reconnects with its own back-off, so not necessarily on the first try).
+        outage.end()
+        assert _read_once_back(client, f"/api/answers/{answer.pk}", auth).status_code == 200
+
+
+def _read_once_back(client: httpx.Client, path: str, headers: dict[str, str]) -> httpx.Response:
+    deadline = time.monotonic() + 120
+    while True:
+        response = client.get(path, headers=headers)
+        if response.status_code != 503 or time.monotonic() > deadline:
+            return response
+        time.sleep(int(response.headers["Retry-After"]))
