@@ -197,7 +197,6 @@ def _not_found(
 
 # The database cannot be reached (refusing connections, its backends ended, or no pooled
 # connection within the pool's timeout): the caller may ask again once it is back.
-DATABASE_UNAVAILABLE_MESSAGE = "The service is unavailable right now. Please try again shortly."
 DATABASE_RETRY_AFTER = 5
 
 
@@ -210,7 +209,7 @@ def _database_unavailable(
     return _error(
         request,
         code="unavailable",
-        message=DATABASE_UNAVAILABLE_MESSAGE,
+        message=pipeline.DATABASE_UNAVAILABLE_MESSAGE,
         retry_after=DATABASE_RETRY_AFTER,
     )
 

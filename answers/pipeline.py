@@ -23,7 +23,8 @@ from typing import Any, TypeVar
 
 from asgiref.sync import sync_to_async
 from django.contrib.auth.models import User
-from django.db import close_old_connections, connection
+from django.db import InterfaceError, OperationalError, close_old_connections, connection
+from django.utils import timezone
 
 from . import presenters, selectors, services
 from .citations import MarkerStreamFilter
@@ -49,6 +50,18 @@ from .types import AnswerPayload, Candidate, NumberedSource, Reference, Retrieva
 logger = logging.getLogger(__name__)
 
 GENERIC_ERROR = "The answer could not be generated. Please try again."
+# What a transport says when the database cannot be reached (code ``unavailable``).
+DATABASE_UNAVAILABLE_MESSAGE = "The service is unavailable right now. Please try again shortly."
+DATABASE_ERRORS = (OperationalError, InterfaceError)
+STORE_PENDING_MESSAGE = (
+    "The answer could not be saved: the database is unavailable. It will be saved as you "
+    "saw it once the database is back."
+)
+# An answer whose outcome the database could not take is stored again after this many
+# seconds, doubling up to the last, until its stream counts as abandoned.
+STORE_RETRY_DELAYS = (1.0, 2.0, 4.0, 8.0)
+# Those stores, kept alive here (the generation that scheduled one has ended).
+_pending_stores: set[asyncio.Task[None]] = set()
 
 T = TypeVar("T")
 
@@ -178,6 +191,8 @@ class AnswerRun:
     #: stored as the error of an answer stopped before it ended (a server shutting down
     #: says so instead)
     stop_reason: str = field(default="stopped by the client", init=False)
+    #: the outcome could not be stored (the database away) and is being stored again
+    store_pending: bool = field(default=False, init=False)
 
     @property
     def anchor_prefix(self) -> str:
@@ -257,9 +272,15 @@ class AnswerRun:
             return
         done = await self._complete_or_fail("".join(raw), outcome, first_token_ms, usage=usage)
         if done is None:
-            yield ErrorEvent(GENERIC_ERROR, answer_id=self.answer.pk, code="generation_failed")
+            yield self._not_stored_event()
             return
         yield done
+
+    def _not_stored_event(self) -> ErrorEvent:
+        if self.store_pending:
+            # Not the asker's question that failed: its answer waits for the database.
+            return ErrorEvent(STORE_PENDING_MESSAGE, answer_id=self.answer.pk, code="unavailable")
+        return ErrorEvent(GENERIC_ERROR, answer_id=self.answer.pk, code="generation_failed")
 
     async def _complete_or_fail(
         self,
@@ -272,10 +293,25 @@ class AnswerRun:
         """``_complete``, or, when the store refuses the text (a provider's text no database
         holds), the answer stored as failed without it and None: it must never stay
         ``streaming``, holding one of its asker's concurrent answers."""
+        outcome = self._outcome(raw_text, status, first_token_ms, error, usage)
         try:
-            return await self._complete(raw_text, status, first_token_ms, error, usage)
+            completed = await sync_to_async(services.answer_complete)(**outcome)
+            return self._done(completed, status=status)
         except services.AnswerAlreadyFinal:
             raise
+        except DATABASE_ERRORS:
+            # The database is away (not the text's fault): the outcome is kept here and
+            # stored once it is back, so the answer neither loses what its asker saw nor
+            # stays ``streaming`` (holding one of their concurrent answers) until it counts
+            # as abandoned.
+            logger.exception("Storing answer %s failed; storing it again later", self.answer.pk)
+            with contextlib.suppress(Exception):  # the thread's dead connection, given back
+                await sync_to_async(release_connection)()
+            self.store_pending = True
+            task = asyncio.create_task(_store_when_back(self.answer, outcome))
+            _pending_stores.add(task)
+            task.add_done_callback(_pending_stores.discard)
+            return None
         except Exception as exc:
             logger.exception("Storing answer %s failed; storing it as failed", self.answer.pk)
             reason = f"the answer could not be stored ({type(exc).__name__}); its text is lost"
@@ -299,16 +335,31 @@ class AnswerRun:
         error: str = "",
         usage: Usage | None = None,
     ) -> DoneEvent:
-        completed = await sync_to_async(services.answer_complete)(
-            answer=self.answer,
-            raw_text=raw_text,
-            sources=self.sources,
-            status=status,
-            error=error,
-            first_token_ms=first_token_ms,
-            total_ms=_ms_since(self.started),
-            usage=usage,
-        )
+        outcome = self._outcome(raw_text, status, first_token_ms, error, usage)
+        completed = await sync_to_async(services.answer_complete)(**outcome)
+        return self._done(completed, status=status)
+
+    def _outcome(
+        self,
+        raw_text: str,
+        status: str,
+        first_token_ms: int | None,
+        error: str = "",
+        usage: Usage | None = None,
+    ) -> dict[str, Any]:
+        """``services.answer_complete``'s arguments: this run's outcome, to store now."""
+        return {
+            "answer": self.answer,
+            "raw_text": raw_text,
+            "sources": self.sources,
+            "status": status,
+            "error": error,
+            "first_token_ms": first_token_ms,
+            "total_ms": _ms_since(self.started),
+            "usage": usage,
+        }
+
+    def _done(self, completed: services.CompletedAnswer, *, status: str) -> DoneEvent:
         finalized = completed.finalized
         references = self.references(finalized.sources)
         text = finalized.text
@@ -513,6 +564,39 @@ def _prepare(
 # on the one thread all other database work shares (ADR 0029).
 _retrieval_pools: dict[int, ThreadPoolExecutor] = {}  # by size (settings may change)
 _retrieval_pools_lock = threading.Lock()
+
+
+def _store_apart(outcome: dict[str, Any]) -> None:
+    """Store an answer's outcome on a thread of its own (the shared thread keeps serving
+    while the database is away), giving the connection back after."""
+    try:
+        services.answer_complete(**outcome)
+    finally:
+        release_connection()
+
+
+async def _store_when_back(answer: Answer, outcome: dict[str, Any]) -> None:
+    """Store ``outcome`` once the database takes it again; give up when the answer counts
+    as abandoned anyway (services.stream_abandoned_cutoff: its readers and its asker's
+    limit already ignore it). A process that ends first loses it the same way."""
+    attempt = 0
+    while True:
+        await asyncio.sleep(STORE_RETRY_DELAYS[min(attempt, len(STORE_RETRY_DELAYS) - 1)])
+        attempt += 1
+        try:
+            await sync_to_async(_store_apart, thread_sensitive=False)(outcome)
+        except services.AnswerAlreadyFinal:
+            return  # ended meanwhile (a stop that reached the database first)
+        except DATABASE_ERRORS:
+            if answer.created_at < services.stream_abandoned_cutoff(now=timezone.now()):
+                logger.error("Answer %s could not be stored before it was abandoned", answer.pk)
+                return
+            continue
+        except Exception:
+            logger.exception("Storing answer %s again failed", answer.pk)
+            return
+        logger.info("Answer %s stored once the database was back", answer.pk)
+        return
 
 
 def _retrieval_executor() -> ThreadPoolExecutor | None:

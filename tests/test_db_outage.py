@@ -9,6 +9,8 @@ and once the database is back the same requests work again.
 
 from __future__ import annotations
 
+import json
+import re
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -18,6 +20,7 @@ import pytest
 from django.db import connection, connections
 
 from answers import pipeline
+from answers.models import Answer
 from tests.helpers import assert_json_error, bearer_headers, start
 from tests.live import LiveServer, run_live_server
 
@@ -127,3 +130,57 @@ def _read_once_back(client: httpx.Client, path: str, headers: dict[str, str]) ->
         if response.status_code != 503 or time.monotonic() > deadline:
             return response
         time.sleep(int(response.headers["Retry-After"]))
+
+
+def test_an_answer_whose_final_write_fails_is_stored_once_the_database_is_back(
+    server, outage, asker
+) -> None:  # type: ignore[no-untyped-def]
+    auth = bearer_headers(asker)
+    with (
+        httpx.Client(base_url=server.url, timeout=60.0) as client,
+        client.stream(
+            "POST", "/api/answers", json={"question": QUESTION}, headers={**SSE, **auth}
+        ) as response,
+    ):
+        assert response.status_code == 200
+        lines = response.iter_lines()
+        events = _server_events(lines, until_token=True)
+        outage.begin()  # the answer is being written: its end cannot be stored
+        events += _server_events(lines)
+    kind, last = events[-1]
+    # The asker is told what happened to the answer, not that generating it failed.
+    assert (kind, last["code"]) == ("error", "unavailable")
+    seen = "".join(data["text"] for kind, data in events if kind == "token")
+    answer = Answer.objects.get()
+    assert answer.status == Answer.Status.STREAMING  # nothing could store it yet
+    outage.end()
+    deadline = time.monotonic() + 120
+    while answer.status == Answer.Status.STREAMING and time.monotonic() < deadline:
+        time.sleep(0.5)
+        answer.refresh_from_db()
+    # Stored as it was written (no longer holding one of its asker's concurrent answers),
+    # with everything the asker saw.
+    assert answer.status == Answer.Status.COMPLETE
+    assert seen and _words(seen) == _words(answer.final_text)
+
+
+def _words(text: str) -> list[str]:
+    return re.sub(r"\[\d+\]", " ", text).split()
+
+
+def _server_events(
+    lines: Iterator[str], *, until_token: bool = False
+) -> list[tuple[str, dict[str, Any]]]:
+    events: list[tuple[str, dict[str, Any]]] = []
+    kind, data = "", ""
+    for line in lines:
+        if line.startswith("event: "):
+            kind = line.removeprefix("event: ")
+        elif line.startswith("data: "):
+            data = line.removeprefix("data: ")
+        elif line == "" and kind:
+            events.append((kind, json.loads(data)))
+            if until_token and kind == "token":
+                break
+            kind, data = "", ""
+    return events
