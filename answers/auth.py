@@ -1,13 +1,24 @@
-"""API authentication: a bearer token for services, or the Django session (with CSRF)."""
+"""API authentication: a bearer token for services, or the Django session (with CSRF); and
+the WebSocket's session middleware."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
+from channels.auth import AuthMiddleware
+from channels.sessions import CookieMiddleware, SessionMiddleware
+from django.contrib.auth.models import AnonymousUser
 from django.http import HttpRequest
 from ninja.security import HttpBearer, SessionAuth
 
 from . import services
+from .pipeline import DATABASE_ERRORS
+
+logger = logging.getLogger(__name__)
+
+# Set in a socket's scope when its session could not be read: the database is away.
+SOCKET_DATABASE_UNAVAILABLE = "answers.database_unavailable"
 
 
 class BearerTokenAuth(HttpBearer):
@@ -50,3 +61,22 @@ class ActiveSessionAuth(SessionAuth):
 
 
 api_auth = [BearerTokenAuth(), ActiveSessionAuth()]
+
+
+class SocketAuthMiddleware(AuthMiddleware):
+    """Channels' session user, except that a database that cannot be reached (the session
+    and its user are read from it) marks the scope instead of failing the handshake with
+    a 500: the consumer then tells the client ``unavailable`` (consumers.AnswerConsumer)."""
+
+    async def resolve_scope(self, scope: dict[str, Any]) -> None:
+        try:
+            await super().resolve_scope(scope)
+        except DATABASE_ERRORS:
+            logger.exception("Reading the session of a socket failed")
+            scope["user"]._wrapped = AnonymousUser()
+            scope[SOCKET_DATABASE_UNAVAILABLE] = True
+
+
+def socket_auth_stack(inner: Any) -> Any:
+    """Channels' ``AuthMiddlewareStack`` with ``SocketAuthMiddleware``."""
+    return CookieMiddleware(SessionMiddleware(SocketAuthMiddleware(inner)))

@@ -22,6 +22,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from . import pipeline, selectors, streams
+from .auth import SOCKET_DATABASE_UNAVAILABLE
 from .conf import answers_settings
 from .events import ErrorEvent
 from .panels import render_event_sources_panel
@@ -48,14 +49,31 @@ class AnswerConsumer(AsyncJsonWebsocketConsumer):
     settled = False
 
     async def connect(self) -> None:
+        if self.scope.get(SOCKET_DATABASE_UNAVAILABLE):
+            await self._unavailable()
+            return
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
             await self.close(code=4401)
             return
-        if not await database_sync_to_async(selectors.user_can_ask)(user=user):
+        try:
+            can_ask = await database_sync_to_async(selectors.user_can_ask)(user=user)
+        except pipeline.DATABASE_ERRORS:
+            logger.exception("Reading the user of a socket failed")
+            await self._unavailable()
+            return
+        if not can_ask:
             await self.close(code=4403)
             return
         await self.accept()
+
+    async def _unavailable(self) -> None:
+        """The database cannot be reached: accepted only to say so (a refused handshake
+        looks like a server that is gone), then closed with 4503 (as 4401 and 4403: a 4
+        before the HTTP status)."""
+        await self.accept()
+        await self._error(pipeline.DATABASE_UNAVAILABLE_MESSAGE, "unavailable", last=True)
+        await self.close(code=4503)
 
     async def disconnect(self, code: int) -> None:
         task, self.task = self.task, None
@@ -144,6 +162,10 @@ class AnswerConsumer(AsyncJsonWebsocketConsumer):
             user = await database_sync_to_async(selectors.user_get_current)(
                 user_id=self.scope["user"].pk, session_key=session_key
             )
+        except pipeline.DATABASE_ERRORS:
+            logger.exception("Reading the user of a socket failed")
+            await self._error(pipeline.DATABASE_UNAVAILABLE_MESSAGE, "unavailable", last=True)
+            return None
         except Exception:
             # The ask or resume must still end with a reply, not leave the client waiting.
             logger.exception("Reading the user of a socket failed")

@@ -26,9 +26,9 @@ def _status_phrases() -> None:
 _status_phrases()
 django_asgi_app = get_asgi_application()
 
-from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
+from answers.auth import socket_auth_stack  # noqa: E402
 from answers.origin import SiteOriginValidator  # noqa: E402
 from answers.pool import database_pool_open_on_startup  # noqa: E402
 from answers.routing import websocket_not_found, websocket_urlpatterns  # noqa: E402
@@ -44,8 +44,9 @@ application = ProtocolTypeRouter(
         "http": django_asgi_app,
         # The full Origin (scheme, host, port) is checked before the session: a page of
         # another site, or of another port or scheme of this host, cannot ride the cookie.
+        # The session: Channels' own, told apart from a database that cannot be reached.
         "websocket": SiteOriginValidator(
-            AuthMiddlewareStack(URLRouter([*websocket_urlpatterns, websocket_not_found]))
+            socket_auth_stack(URLRouter([*websocket_urlpatterns, websocket_not_found]))
         ),
     }
 )

@@ -190,7 +190,7 @@ DATABASES = {"default": _database()}
 # DATABASE_POOL_SIZE however many threads ask; a thread over the limit waits for one.
 # 0 turns the pool off (then DATABASE_CONN_MAX_AGE applies). Sizing: docs/deployment.md.
 DATABASE_POOL_SIZE = env_int("DATABASE_POOL_SIZE", 10)
-DATABASE_POOL_TIMEOUT = env_int("DATABASE_POOL_TIMEOUT", 5)
+DATABASE_POOL_TIMEOUT = env_int("DATABASE_POOL_TIMEOUT", 3)
 if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and DATABASE_POOL_SIZE > 0:
     if DATABASES["default"].get("CONN_MAX_AGE"):
         raise ImproperlyConfigured(
@@ -208,8 +208,10 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and DATABAS
         # 503 with Retry-After). Short, because every request pays the whole wait while the
         # database refuses connections (the pool keeps reconnecting in the background); a
         # healthy pool lends one in milliseconds, so seconds without one is an outage or an
-        # overload either way, and "ask again" beats a client's own timeout. Raise it when
-        # long queries hold every connection (a burst then waits longer rather than fail).
+        # overload either way, and "ask again" beats a client's own timeout. And under
+        # daphne's WebSocket handshake timeout (5 s): a socket whose session cannot be read
+        # is still accepted to be told "unavailable". Raise it when long queries hold every
+        # connection (a burst then waits longer rather than fail).
         "timeout": DATABASE_POOL_TIMEOUT,
     }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":

@@ -9,6 +9,7 @@ and once the database is back the same requests work again.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import time
@@ -23,6 +24,7 @@ from answers import pipeline
 from answers.models import Answer
 from tests.helpers import assert_json_error, bearer_headers, start
 from tests.live import LiveServer, run_live_server
+from tests.sockets import live_receive_until_final, live_socket, session_cookie
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -184,3 +186,47 @@ def _server_events(
                 break
             kind, data = "", ""
     return events
+
+
+def test_a_socket_opened_while_the_database_is_away_is_told_so(server, outage, asker) -> None:  # type: ignore[no-untyped-def]
+    # A sync test: the outage spares the test's own connection, this thread's.
+    cookie = session_cookie(asker)
+    outage.begin()
+    # Accepted, told why it gets nothing, and closed with 4503 (unavailable): not a
+    # failed handshake the page cannot tell from a server that is gone.
+    messages, close_code = asyncio.run(_open_and_listen(server, cookie))
+    assert [(m["type"], m["code"]) for m in messages] == [("error", "unavailable")]
+    assert close_code == 4503
+    # Back: a new socket is accepted and answers again.
+    outage.end()
+    deadline = time.monotonic() + 120
+    while True:
+        messages = asyncio.run(_ask_on_new_socket(server, cookie))
+        if messages[-1].get("code") != "unavailable" or time.monotonic() > deadline:
+            break
+        time.sleep(5)
+    assert messages[-1]["type"] == "done"
+
+
+async def _open_and_listen(server: LiveServer, cookie: str) -> tuple[list[dict], int | None]:
+    from websockets.exceptions import ConnectionClosed
+
+    socket_ = await live_socket(server, cookie)
+    try:
+        messages = await live_receive_until_final(socket_, timeout=30)
+        try:
+            await asyncio.wait_for(socket_.recv(), 30)
+        except ConnectionClosed as closed:
+            return messages, closed.rcvd.code if closed.rcvd is not None else None
+        return messages, None
+    finally:
+        await socket_.close()
+
+
+async def _ask_on_new_socket(server: LiveServer, cookie: str) -> list[dict]:
+    socket_ = await live_socket(server, cookie)
+    try:
+        await socket_.send(json.dumps({"type": "ask", "question": QUESTION}))
+        return await live_receive_until_final(socket_, timeout=30)
+    finally:
+        await socket_.close()
