@@ -295,8 +295,7 @@ class AnswerRun:
         ``streaming``, holding one of its asker's concurrent answers."""
         outcome = self._outcome(raw_text, status, first_token_ms, error, usage)
         try:
-            completed = await sync_to_async(services.answer_complete)(**outcome)
-            return self._done(completed, status=status)
+            return await self._store(outcome, status=status)
         except services.AnswerAlreadyFinal:
             raise
         except DATABASE_ERRORS:
@@ -335,7 +334,11 @@ class AnswerRun:
         error: str = "",
         usage: Usage | None = None,
     ) -> DoneEvent:
-        outcome = self._outcome(raw_text, status, first_token_ms, error, usage)
+        return await self._store(
+            self._outcome(raw_text, status, first_token_ms, error, usage), status=status
+        )
+
+    async def _store(self, outcome: dict[str, Any], *, status: str) -> DoneEvent:
         completed = await sync_to_async(services.answer_complete)(**outcome)
         return self._done(completed, status=status)
 

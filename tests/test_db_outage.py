@@ -14,15 +14,13 @@ import json
 import re
 import time
 from collections.abc import Iterator
-from typing import Any
 
 import httpx
 import pytest
 from django.db import connection, connections
 
-from answers import pipeline
 from answers.models import Answer
-from tests.helpers import assert_json_error, bearer_headers, start
+from tests.helpers import assert_json_error, bearer_headers, sse_events, started_run
 from tests.live import LiveServer, run_live_server
 from tests.sockets import live_receive_until_final, live_socket, session_cookie
 
@@ -95,16 +93,10 @@ def server(_server_on_pg: LiveServer, outage: Outage) -> LiveServer:
     return _server_on_pg
 
 
-def _asked(user: Any) -> pipeline.AnswerRun:
-    run = start(user=user, question=QUESTION)
-    assert isinstance(run, pipeline.AnswerRun)
-    return run
-
-
 def test_while_the_database_is_away_the_api_refuses_with_503_and_retry_after(
     server, outage, asker
 ) -> None:  # type: ignore[no-untyped-def]
-    answer = _asked(asker).answer
+    answer = started_run(user=asker, question=QUESTION).answer
     auth = bearer_headers(asker)
     with httpx.Client(base_url=server.url, timeout=60.0) as client:
         assert client.get(f"/api/answers/{answer.pk}", headers=auth).status_code == 200
@@ -146,9 +138,9 @@ def test_an_answer_whose_final_write_fails_is_stored_once_the_database_is_back(
     ):
         assert response.status_code == 200
         lines = response.iter_lines()
-        events = _server_events(lines, until_token=True)
+        events = sse_events(lines, until="token")
         outage.begin()  # the answer is being written: its end cannot be stored
-        events += _server_events(lines)
+        events += sse_events(lines)
     kind, last = events[-1]
     # The asker is told what happened to the answer, not that generating it failed.
     assert (kind, last["code"]) == ("error", "unavailable")
@@ -168,24 +160,6 @@ def test_an_answer_whose_final_write_fails_is_stored_once_the_database_is_back(
 
 def _words(text: str) -> list[str]:
     return re.sub(r"\[\d+\]", " ", text).split()
-
-
-def _server_events(
-    lines: Iterator[str], *, until_token: bool = False
-) -> list[tuple[str, dict[str, Any]]]:
-    events: list[tuple[str, dict[str, Any]]] = []
-    kind, data = "", ""
-    for line in lines:
-        if line.startswith("event: "):
-            kind = line.removeprefix("event: ")
-        elif line.startswith("data: "):
-            data = line.removeprefix("data: ")
-        elif line == "" and kind:
-            events.append((kind, json.loads(data)))
-            if until_token and kind == "token":
-                break
-            kind, data = "", ""
-    return events
 
 
 def test_a_socket_opened_while_the_database_is_away_is_told_so(server, outage, asker) -> None:  # type: ignore[no-untyped-def]

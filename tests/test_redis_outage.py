@@ -25,7 +25,7 @@ from django.db import connections
 
 from answers import pipeline
 from answers.models import Answer
-from tests.helpers import assert_json_error, bearer_headers, start
+from tests.helpers import assert_json_error, bearer_headers, sse_events, started_run
 from tests.live import LiveServer, run_live_server
 from tests.sockets import live_receive_until_final, live_socket, session_cookie
 
@@ -107,23 +107,7 @@ def server(_server_on_own_redis: LiveServer, redis: OwnRedis, corpus) -> Iterato
 def _generated_elsewhere(user: Any) -> pipeline.AnswerRun:
     """An answer stored as being written by another process (none here generates it):
     the server follows and stops it through Redis."""
-    run = start(user=user, question=QUESTION)
-    assert isinstance(run, pipeline.AnswerRun)
-    return run
-
-
-def _server_events(response: httpx.Response) -> list[tuple[str, dict[str, Any]]]:
-    events: list[tuple[str, dict[str, Any]]] = []
-    kind, data = "", ""
-    for line in response.iter_lines():
-        if line.startswith("event: "):
-            kind = line.removeprefix("event: ")
-        elif line.startswith("data: "):
-            data = line.removeprefix("data: ")
-        elif line == "" and kind:
-            events.append((kind, json.loads(data)))
-            kind, data = "", ""
-    return events
+    return started_run(user=user, question=QUESTION)
 
 
 def test_a_follower_whose_redis_goes_away_gets_an_error_event_and_the_stream_ends(
@@ -139,7 +123,7 @@ def test_a_follower_whose_redis_goes_away_gets_an_error_event_and_the_stream_end
     ):
         assert response.status_code == 200  # subscribed (refused before, otherwise)
         redis.stop()
-        events = _server_events(response)  # ends: no read timeout
+        events = sse_events(response.iter_lines())  # ends: no read timeout
     assert [kind for kind, _ in events] == ["error"]
     assert events[0][1]["code"] == "unavailable"
     assert events[0][1]["answer_id"] == answer.pk
