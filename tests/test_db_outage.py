@@ -1,6 +1,7 @@
 """The database going away and coming back, under a real daphne server (tests/live.py) on
-PostgreSQL: the test database (and only it) is made to refuse connections and its
-backends are ended, then it is let in again. The server itself is never stopped.
+PostgreSQL: the server logs in as a role of its own, which is stopped from logging in and
+whose backends are ended, then let in again. Nothing else loses the database, and the
+server itself is never stopped.
 
 What a client relies on: whatever it asks while the database is away is refused quickly
 with the same JSON error as every other refusal (503 ``unavailable``, with Retry-After),
@@ -14,6 +15,7 @@ import json
 import re
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import pytest
@@ -33,58 +35,89 @@ QUESTION = "What is a lambda expression?"
 SSE = {"Accept": "text/event-stream"}
 
 
+def _control() -> Any:
+    """A connection to the maintenance database, where roles are altered (nothing is read or
+    written there)."""
+    import psycopg
+
+    settings = connection.settings_dict
+    return psycopg.connect(
+        dbname="postgres",
+        host=settings["HOST"] or None,
+        port=settings["PORT"] or None,
+        user=settings["USER"] or None,
+        password=settings["PASSWORD"] or None,
+        autocommit=True,
+    )
+
+
 class Outage:
-    """Makes the test database refuse connections and ends its backends (but the test's
-    own), and lets it in again. Only this run's database is touched."""
+    """Makes the database refuse this module's server, and only it: the server logs in as a
+    role of its own, which the outage stops from logging in and whose backends it ends.
+    Every other connection to the test database (this process's, the session's other live
+    servers) stays: an outage of the whole database left their pools backing off their
+    reconnects, and the tests after this module failed on them."""
 
-    def __init__(self) -> None:
-        import psycopg
-
-        settings = connection.settings_dict
-        self.name = settings["NAME"]
-        # PostgreSQL alters a database's connections only from another one: the
-        # maintenance database, where nothing is read or written.
-        self.control = psycopg.connect(
-            dbname="postgres",
-            host=settings["HOST"] or None,
-            port=settings["PORT"] or None,
-            user=settings["USER"] or None,
-            password=settings["PASSWORD"] or None,
-            autocommit=True,
-        )
+    def __init__(self, control: Any, role: str) -> None:
+        self.control = control
+        self.role = role
 
     def begin(self) -> None:
-        with connection.cursor() as cursor:  # the test's own connection stays
-            cursor.execute("SELECT pg_backend_pid()")
-            own = cursor.fetchone()[0]
-        quoted = self.name.replace('"', '""')
-        self.control.execute(f'ALTER DATABASE "{quoted}" ALLOW_CONNECTIONS false')
+        self.control.execute(f'ALTER ROLE "{self.role}" NOLOGIN')
         self.control.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-            "WHERE datname = %s AND pid <> pg_backend_pid() AND pid <> %s",
-            [self.name, own],
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s",
+            [self.role],
         )
+        # A backend told to end may still answer a query for a moment: the outage has begun
+        # when none is left.
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            left = self.control.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE usename = %s", [self.role]
+            ).fetchone()
+            if not left or not left[0]:
+                return
+            time.sleep(0.05)
 
     def end(self) -> None:
-        quoted = self.name.replace('"', '""')
-        self.control.execute(f'ALTER DATABASE "{quoted}" ALLOW_CONNECTIONS true')
+        self.control.execute(f'ALTER ROLE "{self.role}" LOGIN')
 
 
 @pytest.fixture(scope="module")
-def _server_on_pg(django_db_setup) -> Iterator[LiveServer]:  # type: ignore[no-untyped-def]
+def _outage_role(django_db_setup) -> Iterator[tuple[Any, str]]:  # type: ignore[no-untyped-def]
+    # One role per test database (each test worker has its own); a superuser, so that it
+    # needs no grants on the tables the server reads and writes.
+    role = f"outage_{connection.settings_dict['NAME']}"[:63].replace('"', "")
+    control = _control()
+    control.execute(f'DROP ROLE IF EXISTS "{role}"')
+    control.execute(f'CREATE ROLE "{role}" LOGIN SUPERUSER')
+    try:
+        yield control, role
+    finally:
+        control.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s", [role]
+        )
+        control.execute(f'DROP ROLE IF EXISTS "{role}"')
+        control.close()
+
+
+@pytest.fixture(scope="module")
+def _server_on_pg(_outage_role: tuple[Any, str]) -> Iterator[LiveServer]:
     env = {"ANSWERS_EXTRACTIVE_DELAY": "0.1"}
-    with run_live_server(connections["default"].settings_dict, env=env) as server:
+    database = {**connections["default"].settings_dict, "USER": _outage_role[1]}
+    with run_live_server(database, env=env) as server:
         yield server
 
 
 @pytest.fixture
-def outage(_server_on_pg: LiveServer, corpus) -> Iterator[Outage]:  # type: ignore[no-untyped-def]
-    own = Outage()
+def outage(  # type: ignore[no-untyped-def]
+    _server_on_pg: LiveServer, _outage_role: tuple[Any, str], corpus
+) -> Iterator[Outage]:
+    own = Outage(*_outage_role)
     try:
         yield own
     finally:
         own.end()
-        own.control.close()
         print(f"--- {_server_on_pg.url} ---\n{_server_on_pg.log()}")
 
 
