@@ -231,9 +231,16 @@ async def _open_and_listen(server: LiveServer, cookie: str) -> tuple[list[dict],
 
 
 async def _ask_on_new_socket(server: LiveServer, cookie: str) -> list[dict]:
+    from websockets.exceptions import ConnectionClosed
+
     socket_ = await live_socket(server, cookie)
     try:
         await socket_.send(json.dumps({"type": "ask", "question": QUESTION}))
         return await live_receive_until_final(socket_, timeout=30)
+    except ConnectionClosed as closed:
+        # Still away: the server said so and closed (4503) before the ask was read.
+        if closed.rcvd is not None and closed.rcvd.code == 4503:
+            return [{"type": "error", "code": "unavailable"}]
+        raise
     finally:
         await socket_.close()
