@@ -37,6 +37,30 @@ class Setting:
     def kind(self) -> type:
         return type(self.default)
 
+    def from_environment(self, raw: str) -> Any:
+        """``raw`` (the variable's text) as this key's type; a value of the wrong kind stops
+        start-up naming the variable. Bounds are the system check's job."""
+        if self.default is None:  # a dotted path that may be unset
+            return raw
+        if self.kind is bool:  # bool("0") is True: never converted by its type alone
+            switch = raw.strip().lower()
+            if switch in _ON:
+                return True
+            if switch in _OFF:
+                return False
+            raise ImproperlyConfigured(
+                f"{self.env} must be on or off (1/0, true/false), not {raw!r}."
+            )
+        try:
+            return self.kind(raw)
+        except ValueError:
+            wanted = "an integer" if self.kind is int else "a number"
+            raise ImproperlyConfigured(f"{self.env} must be {wanted}, not {raw!r}.") from None
+
+
+_ON = frozenset({"1", "true", "yes", "on"})
+_OFF = frozenset({"0", "false", "no", "off"})
+
 
 SETTINGS: tuple[Setting, ...] = (
     Setting(
@@ -50,26 +74,49 @@ SETTINGS: tuple[Setting, ...] = (
         None,
         "Dotted path of a reranker class (`answers.rerankers.TermOverlapReranker`, "
         "`answers.rerankers.HttpReranker`), or `None` for no reranking.",
+        env="ANSWERS_RERANKER",
     ),
     Setting(
         "RERANK_URL",
         "",
         "HttpReranker: the http(s) URL of the `/rerank` endpoint.",
+        env="ANSWERS_RERANK_URL",
     ),
     Setting(
         "RERANK_API",
         "cohere",
         'HttpReranker: `"cohere"` (Cohere, Jina, vLLM, Infinity: `{model, query, documents, '
         'top_n}`) or `"tei"` (text-embeddings-inference: `{query, texts}`).',
+        env="ANSWERS_RERANK_API",
     ),
-    Setting("RERANK_MODEL", "", "HttpReranker: the model name sent with each request."),
-    Setting("RERANK_API_KEY", "", "HttpReranker: bearer key (empty: none)."),
+    Setting(
+        "RERANK_MODEL",
+        "",
+        "HttpReranker: the model name sent with each request.",
+        env="ANSWERS_RERANK_MODEL",
+    ),
+    Setting(
+        "RERANK_API_KEY",
+        "",
+        "HttpReranker: bearer key (empty: none).",
+        env="ANSWERS_RERANK_API_KEY",
+    ),
     Setting(
         "RERANK_TIMEOUT",
         5.0,
         "HttpReranker: seconds per request (its whole body included).",
         0.01,
         600,
+        env="ANSWERS_RERANK_TIMEOUT",
+    ),
+    Setting(
+        "RERANK_THREADS",
+        16,
+        "Threads of their own on which a process's reranks wait (never the database's); "
+        "more reranks at once than threads queue for one. Read when the first rerank runs.",
+        1,
+        256,
+        env="ANSWERS_RERANK_THREADS",
     ),
     Setting(
         "PROVIDER",
@@ -123,6 +170,7 @@ SETTINGS: tuple[Setting, ...] = (
         False,
         "Before retrieval, have the provider rewrite a follow-up into a standalone question "
         "and search for that (providers that can: `openai`; docs/api.md#follow-ups).",
+        env="ANSWERS_REWRITE_FOLLOWUPS",
     ),
     Setting(
         "REWRITE_TIMEOUT",
@@ -130,6 +178,7 @@ SETTINGS: tuple[Setting, ...] = (
         "Seconds the follow-up rewrite may take; then the question is searched as it is.",
         0.1,
         60,
+        env="ANSWERS_REWRITE_TIMEOUT",
     ),
     Setting("CANDIDATES", 40, "Chunks fetched from the search backend.", 1, 1000),
     Setting("MAX_CHUNKS_PER_DOCUMENT", 2, "Chunks of one document passed to the model.", 1, 50),
@@ -319,11 +368,7 @@ def settings_from_environment(environ: Mapping[str, str]) -> dict[str, Any]:
         raw = environ.get(setting.env, "") if setting.env else ""
         if not raw:
             continue
-        try:
-            found[setting.name] = setting.kind(raw)
-        except ValueError:
-            wanted = "an integer" if setting.kind is int else "a number"
-            raise ImproperlyConfigured(f"{setting.env} must be {wanted}, not {raw!r}.") from None
+        found[setting.name] = setting.from_environment(raw)
     return found
 
 

@@ -651,8 +651,7 @@ async def _on_retrieval_thread(step: Callable[..., T], **kwargs: Any) -> T:
 
 # A reranker waits on the network (an HTTP reranker up to RERANK_TIMEOUT): on threads of
 # its own, never the thread all database work shares (on SQLite retrieval runs there) nor
-# a retrieval thread. More reranks at once than threads queue for one.
-RERANK_THREADS = 16
+# a retrieval thread. More reranks at once than threads queue for one (RERANK_THREADS).
 _rerank_pool: ThreadPoolExecutor | None = None
 
 
@@ -660,7 +659,9 @@ def _rerank_executor() -> ThreadPoolExecutor:
     global _rerank_pool
     with _retrieval_pools_lock:
         if _rerank_pool is None:
-            _rerank_pool = ThreadPoolExecutor(RERANK_THREADS, thread_name_prefix="answers-rerank")
+            _rerank_pool = ThreadPoolExecutor(
+                int(answers_settings.RERANK_THREADS), thread_name_prefix="answers-rerank"
+            )
         return _rerank_pool
 
 

@@ -332,3 +332,63 @@ def test_a_database_that_cannot_be_opened_is_one_error_naming_database_url(setti
         unreachable.close()
     assert error.id == "answers.E031" and reason in error.msg
     assert "DATABASE_URL" in error.hint
+
+
+def test_the_reranker_and_the_rewrite_are_configured_from_the_environment(settings):
+    """A deployment configured by its environment can turn on the HTTP reranker and the
+    follow-up rewrite without a settings module of its own (docs/environment.md)."""
+    from answers.conf import settings_from_environment
+
+    environ = {
+        "ANSWERS_RERANKER": "answers.rerankers.HttpReranker",
+        "ANSWERS_RERANK_URL": "http://10.0.0.7:8080/rerank",
+        "ANSWERS_RERANK_API": "tei",
+        "ANSWERS_RERANK_MODEL": "BAAI/bge-reranker-base",
+        "ANSWERS_RERANK_API_KEY": "k",
+        "ANSWERS_RERANK_TIMEOUT": "2.5",
+        "ANSWERS_RERANK_THREADS": "4",
+        "ANSWERS_REWRITE_FOLLOWUPS": "on",
+        "ANSWERS_PROVIDER": "openai",  # a provider that can rewrite
+        "ANSWERS_MODEL": "m",
+        "OPENAI_BASE_URL": "http://127.0.0.1:11434/v1",
+    }
+    assert settings_from_environment(environ) == {
+        "RERANKER": "answers.rerankers.HttpReranker",
+        "RERANK_URL": "http://10.0.0.7:8080/rerank",
+        "RERANK_API": "tei",
+        "RERANK_MODEL": "BAAI/bge-reranker-base",
+        "RERANK_API_KEY": "k",
+        "RERANK_TIMEOUT": 2.5,
+        "RERANK_THREADS": 4,
+        "REWRITE_FOLLOWUPS": True,
+        "PROVIDER": "openai",
+        "MODEL": "m",
+        "OPENAI_BASE_URL": "http://127.0.0.1:11434/v1",
+    }
+    assert ids(settings_from_environment(environ), settings) == []
+
+
+@pytest.mark.parametrize(
+    ("raw", "value"),
+    [("1", True), ("true", True), ("Yes", True), ("0", False), ("off", False), ("FALSE", False)],
+)
+def test_a_switch_from_the_environment_reads_the_usual_spellings(raw, value):
+    from answers.conf import settings_from_environment
+
+    assert settings_from_environment({"ANSWERS_REWRITE_FOLLOWUPS": raw}) == {
+        "REWRITE_FOLLOWUPS": value
+    }
+
+
+def test_a_switch_misspelt_in_the_environment_stops_start_up_naming_it():
+    """``bool("0")`` is True: a switch is never converted by its type alone."""
+    from django.core.exceptions import ImproperlyConfigured
+
+    from answers.conf import settings_from_environment
+
+    with pytest.raises(ImproperlyConfigured, match="ANSWERS_REWRITE_FOLLOWUPS must be on or off"):
+        settings_from_environment({"ANSWERS_REWRITE_FOLLOWUPS": "ture"})
+
+
+def test_rerank_threads_out_of_bounds_fails_the_check(settings):
+    assert ids({"RERANK_THREADS": 0}, settings) == ["answers.E004"]
