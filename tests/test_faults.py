@@ -4,6 +4,7 @@ on the JSON path and on the streamed (WebSocket) path."""
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from asgiref.sync import async_to_sync
@@ -341,6 +342,34 @@ def test_a_429_that_asks_for_longer_than_an_answer_may_wait_is_not_hammered(
     response, answer = ask_json(client, asker)
     assert response.status_code == 502 and len(fake_llm.requests) == 1
     assert answer.status == "failed" and "retry after 30 s" in answer.error
+
+
+def test_a_429_whose_retry_after_is_a_date_is_read_as_one(corpus, asker, client, fake_llm):
+    """Retry-After may be an HTTP date (RFC 9110): a minute from now is longer than an
+    answer may wait, so it is not retried, as with ``Retry-After: 60``."""
+    from email.utils import formatdate
+
+    when = formatdate(time.time() + 60, usegmt=True)
+    fake_llm.behaviours = [
+        {"kind": "status", "status": 429, "headers": {"Retry-After": when}},
+        {"kind": "ok", "deltas": ["Too soon [1]."]},
+    ]
+    response, answer = ask_json(client, asker)
+    assert response.status_code == 502 and len(fake_llm.requests) == 1
+    assert answer.status == "failed" and "retry after 5" in answer.error  # 59-60 s
+
+
+def test_a_429_whose_retry_after_date_has_passed_is_retried(corpus, asker, client, fake_llm):
+    from email.utils import formatdate
+
+    when = formatdate(time.time() - 60, usegmt=True)
+    fake_llm.behaviours = [
+        {"kind": "status", "status": 429, "headers": {"Retry-After": when}},
+        {"kind": "ok", "deltas": ["Lambdas are small [1]."]},
+    ]  # fmt: skip
+    response, answer = ask_json(client, asker)
+    assert response.status_code == 200 and len(fake_llm.requests) == 2
+    assert answer.status == "complete"
 
 
 def test_a_429_with_a_short_retry_after_is_retried(corpus, asker, client, fake_llm):

@@ -8,8 +8,11 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import re
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
 from typing import Any
 
 from django.core.checks import CheckMessage, Error
@@ -116,14 +119,29 @@ class _ThinkTags:
 
 def _retry_after(exc: Any) -> float | None:
     """The wait a 429 or 503 asks for (``retry-after-ms``, OpenAI's, or ``Retry-After`` in
-    seconds), if it names one."""
+    seconds or as an HTTP date), if it names one."""
     headers = getattr(getattr(exc, "response", None), "headers", None) or {}
     for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
+        value = str(headers.get(name, "")).strip()
+        wait: float | None
         try:
-            return max(0.0, float(headers.get(name, "")) * scale)
+            wait = float(value) * scale
         except ValueError:
-            continue
+            wait = _seconds_until(value) if name == "retry-after" else None
+        if wait is not None and not math.isnan(wait):
+            return max(0.0, wait)
     return None
+
+
+def _seconds_until(http_date: str) -> float | None:
+    """Seconds from now until an HTTP date (RFC 9110 allows one in Retry-After)."""
+    try:
+        when = parsedate_to_datetime(http_date)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:  # RFC 850 / asctime forms carry no zone: GMT
+        when = when.replace(tzinfo=UTC)
+    return (when - datetime.now(UTC)).total_seconds()
 
 
 def _status_error(exc: Any, *, retryable: bool) -> ProviderError:
