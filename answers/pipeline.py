@@ -581,7 +581,9 @@ def _store_apart(outcome: dict[str, Any]) -> None:
 async def _store_when_back(answer: Answer, outcome: dict[str, Any]) -> None:
     """Store ``outcome`` once the database takes it again; give up when the answer counts
     as abandoned anyway (services.stream_abandoned_cutoff: its readers and its asker's
-    limit already ignore it). A process that ends first loses it the same way."""
+    limit already ignore it). A process told to stop waits for it for what is left of its
+    SHUTDOWN_GRACE (``answer_pending_stores_wait``); one that ends first loses it the same
+    way."""
     attempt = 0
     while True:
         await asyncio.sleep(STORE_RETRY_DELAYS[min(attempt, len(STORE_RETRY_DELAYS) - 1)])
@@ -600,6 +602,23 @@ async def _store_when_back(answer: Answer, outcome: dict[str, Any]) -> None:
             return
         logger.info("Answer %s stored once the database was back", answer.pk)
         return
+
+
+async def answer_pending_stores_wait(*, timeout: float) -> int:
+    """Wait up to ``timeout`` seconds for the outcomes kept while the database was away
+    (``_store_when_back``) to be stored, as a process that is told to stop does; how many
+    are still not stored."""
+    loop = asyncio.get_running_loop()
+    tasks = [t for t in _pending_stores if not t.done() and t.get_loop() is loop]
+    if tasks:
+        await asyncio.wait(tasks, timeout=timeout)
+    return sum(1 for t in tasks if not t.done())
+
+
+def answer_pending_stores() -> int:
+    """Outcomes of this process's loop still waiting for the database."""
+    loop = asyncio.get_running_loop()
+    return sum(1 for t in _pending_stores if not t.done() and t.get_loop() is loop)
 
 
 def _retrieval_executor() -> ThreadPoolExecutor | None:

@@ -244,3 +244,51 @@ async def _ask_on_new_socket(server: LiveServer, cookie: str) -> list[dict]:
         raise
     finally:
         await socket_.close()
+
+
+def test_a_server_told_to_stop_while_the_database_is_away_stores_its_answers_once_back(
+    _outage_role, corpus, asker
+) -> None:  # type: ignore[no-untyped-def]
+    """SIGTERM while an answer's outcome waits for the database: the drain keeps trying for
+    what is left of SHUTDOWN_GRACE instead of exiting with it unstored (it would then stay
+    ``streaming`` until it counts as abandoned, and its text would be lost)."""
+    import signal
+    import subprocess
+
+    outage = Outage(*_outage_role)
+    env = {"ANSWERS_EXTRACTIVE_DELAY": "0.1", "ANSWERS_SHUTDOWN_GRACE": "90"}
+    database = {**connections["default"].settings_dict, "USER": _outage_role[1]}
+    auth = bearer_headers(asker)
+    try:
+        with run_live_server(database, env=env) as server:
+            with (
+                httpx.Client(base_url=server.url, timeout=60.0) as client,
+                client.stream(
+                    "POST", "/api/answers", json={"question": QUESTION}, headers={**SSE, **auth}
+                ) as response,
+            ):
+                lines = response.iter_lines()
+                events = sse_events(lines, until="token")
+                outage.begin()
+                events += sse_events(lines)
+            assert (events[-1][0], events[-1][1]["code"]) == ("error", "unavailable")
+            seen = "".join(data["text"] for kind, data in events if kind == "token")
+            server.process.send_signal(signal.SIGTERM)
+            waiting = "waiting for 1 answer(s) to be stored"
+            deadline = time.monotonic() + 30
+            while waiting not in server.log() and server.process.poll() is None:
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)
+            assert waiting in server.log(), server.log()
+            outage.end()
+            try:
+                server.process.wait(150)
+            except subprocess.TimeoutExpired:
+                pytest.fail(f"daphne did not stop after SIGTERM:\n{server.log()}")
+            log = server.log()
+    finally:
+        outage.end()
+    answer = Answer.objects.get()
+    assert answer.status == Answer.Status.COMPLETE, log
+    assert seen and _words(seen) == _words(answer.final_text)

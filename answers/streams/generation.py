@@ -393,6 +393,7 @@ async def answer_streams_drain(*, grace: float) -> None:
     global draining
     draining = True
     loop = asyncio.get_running_loop()
+    ends = loop.time() + grace
     tasks = [t for t in running.values() if not t.done() and t.get_loop() is loop]
     streams = list(local_streams.values())
     logger.info("Shutting down: %d answer(s) running, %.0f s to finish", len(tasks), grace)
@@ -405,6 +406,20 @@ async def answer_streams_drain(*, grace: float) -> None:
         _, stuck = await asyncio.wait(late, timeout=5.0)
         for task in stuck:
             task.cancel()
+    # Outcomes kept while the database is away (ADR 0041) are stored once it is back: wait
+    # for them for the rest of the grace (at least as long as a stuck answer gets), or
+    # they stay ``streaming`` until they count as abandoned and their text is lost.
+    pending = pipeline.answer_pending_stores()
+    if pending:
+        logger.warning(
+            "Shutting down: waiting for %d answer(s) to be stored (the database is away)", pending
+        )
+        unstored = await pipeline.answer_pending_stores_wait(timeout=max(5.0, ends - loop.time()))
+        if unstored:
+            logger.error(
+                "Shutting down: %d answer(s) could not be stored; they will count as abandoned",
+                unstored,
+            )
     # Followers here were woken with the last word: let them send it before the loop
     # stops (a follower left waiting would be collected with a dead loop).
     deadline = loop.time() + 2.0
