@@ -274,7 +274,8 @@ class AnswerAdmin(CheckedChangeListMixin, admin.ModelAdmin):
 
     @admin.display(description="Turn")
     def turn(self, obj: Answer) -> int:
-        return obj.question.turn
+        reviewer = getattr(obj, "admin_reviewer", None) or AnonymousUser()
+        return selectors.question_turn_for_review(question=obj.question, reviewer=reviewer)
 
     @admin.display(description="Reason", ordering="error")
     def reason(self, obj: Answer) -> str:
@@ -342,7 +343,7 @@ class AnswerAdmin(CheckedChangeListMixin, admin.ModelAdmin):
     @admin.display(description="Final sources, against the documents now")
     def sources_now(self, obj: Answer) -> SafeString:
         reviewer = getattr(obj, "admin_reviewer", None) or AnonymousUser()
-        references = presenters.answer_references(answer=obj, user=reviewer)
+        references = presenters.answer_references_for_review(answer=obj, reviewer=reviewer)
         if not references:
             return format_html("{}", "—")
         labels = {
@@ -372,7 +373,7 @@ class AnswerAdmin(CheckedChangeListMixin, admin.ModelAdmin):
         question = obj.question
         if question.search_text:
             return f"{question.search_text} (the follow-up rewritten to stand alone)"
-        if question.turn > 1:
+        if selectors.question_has_history(question=question):
             return "the question together with the one before it"
         return "the question as asked"
 

@@ -104,13 +104,15 @@ def reference_url(*, document_id: int, url: str, ordinal: int | None) -> str:
     return f"{path}#chunk-{ordinal}" if ordinal is not None else path
 
 
-def answer_references(*, answer: Answer, user: AnyUser) -> list[Reference]:
+def answer_references(
+    *, answer: Answer, user: AnyUser, every_source: bool = False
+) -> list[Reference]:
     """The stored final Sources list, re-checking each document's access for ``user``, each
-    with the evidence the answer was written from and its status now (ADR 0022)."""
+    with the evidence the answer was written from and its status now (ADR 0022).
+    ``every_source``: shown whatever its access (an auditor's review, below)."""
     rows = selectors.answer_final_sources(answer=answer)
-    visible = selectors.document_visible_ids(
-        user=user, document_ids={row.document_id for row in rows if row.document_id}
-    )
+    ids = {row.document_id for row in rows if row.document_id}
+    visible = ids if every_source else selectors.document_visible_ids(user=user, document_ids=ids)
     current = selectors.passages_still_current(rows=rows)
     prefix = answer_anchor_prefix(answer_id=answer.pk)
     grouped: dict[int, list[RetrievedSource]] = {}
@@ -122,7 +124,9 @@ def answer_references(*, answer: Answer, user: AnyUser) -> list[Reference]:
         anchor = source_anchor(prefix, number)
         document = first.document
         # Removed: shown from its snapshot only if everyone could view it then.
-        shown = first.document_public if document is None else first.document_id in visible
+        shown = every_source or (
+            first.document_public if document is None else first.document_id in visible
+        )
         if not shown:
             # Keep the number so the text's markers still line up, but show nothing of it.
             references.append(
@@ -164,6 +168,17 @@ def answer_references(*, answer: Answer, user: AnyUser) -> list[Reference]:
             )
         )
     return references
+
+
+def answer_references_for_review(*, answer: Answer, reviewer: AnyUser) -> list[Reference]:
+    """The final Sources list as the admin shows ``reviewer`` an answer: as the candidates
+    table beside it does (``selectors.retrieved_sources_for_review``), every source for
+    one who may review every answer (``review_all_answers``), else those they may view."""
+    return answer_references(
+        answer=answer,
+        user=reviewer,
+        every_source=selectors.user_may_review_all(user=reviewer),
+    )
 
 
 def _document_order(row: RetrievedSource) -> tuple[int, int]:

@@ -495,6 +495,26 @@ def retrieved_sources_for_review(*, question_id: int, reviewer: AnyUser) -> list
     return list(rows)
 
 
+def question_turn_for_review(*, question: Question, reviewer: AnyUser) -> int:
+    """``question``'s turn as the admin shows it to ``reviewer``: its place among the turns
+    of its conversation they may read (the rule of ``answer_admin_queryset``), as ranks are
+    places in what is shown (``retrieved_sources_for_review``): a turn number past what they
+    can find would tell them that withheld turns exist, and so what they hide."""
+    if user_may_review_all(user=reviewer):
+        return question.turn
+    return (
+        Question.objects.filter(conversation_id=question.conversation_id, turn__lte=question.turn)
+        .exclude(Exists(_hidden_prompt_sources(user=reviewer, question_id=OuterRef("pk"))))
+        .count()
+    )
+
+
+def question_has_history(*, question: Question) -> bool:
+    """Whether ``question``'s prompt held earlier turns (its ``context``): only then was it
+    searched together with the one before it (``retrieval.search_hits``)."""
+    return Question.context.through.objects.filter(from_question_id=question.pk).exists()
+
+
 def user_get_current(*, user_id: int, session_key: str | None) -> Any:
     """The user as of now, or None when their session (if any) no longer holds them, the
     account was deactivated or its password changed since the session signed in: a

@@ -839,6 +839,41 @@ def test_a_permitted_reviewer_lists_searches_and_opens_every_answer(client, revi
     assert all(title in html for title in VAULT_TITLES)
 
 
+def _final_sources(html: str) -> list[tuple[str, str]]:
+    """The change page's "Final sources, against the documents now": (status, text) each."""
+    listing = html.split("class='answers-sources-now'>", 1)[1].split("</ol>", 1)[0]
+    return re.findall(r"data-source-status='([\w-]+)'>(.*?)</li>", listing, re.S)
+
+
+@pytest.mark.parametrize("reviewer", ["insider", "auditor"])
+def test_a_permitted_reviewers_final_sources_agree_with_the_candidates_table(
+    client, review_case, reviewer
+):  # type: ignore[no-untyped-def]
+    """The auditor (``review_all_answers``, in no group) reads every answer and every source
+    in the admin (docs/access.md): the final Sources list names the vault sources the
+    candidates table beside it shows, not "you may not view it", whether the document is
+    still there or deleted since."""
+    vault = review_case["vault"]
+    cited = RetrievedSource.objects.filter(question=vault.question, final_number__isnull=False)
+    cited_titles = set(cited.values_list("document__title", flat=True))
+    assert cited_titles and cited_titles <= set(VAULT_TITLES)  # not vacuous
+    c = _as(client, review_case[reviewer])
+    shown = _final_sources(c.get(_change_url(vault)).content.decode())
+    assert [status for status, _ in shown] == ["current"] * len(shown)
+    assert all(any(title in text for title in cited_titles) for _, text in shown)
+
+    # Deleted since: restricted when deleted, so no asker reads it again; the auditor's
+    # table shows it as removed, and so does the list.
+    Document.objects.filter(title__in=cited_titles).delete()
+    html = c.get(_change_url(vault)).content.decode()
+    if reviewer == "insider":
+        return  # withheld from everyone without review_all_answers now (ADR 0040)
+    shown = _final_sources(html)
+    assert "<em>(removed)</em>" in html
+    assert [status for status, _ in shown] == ["removed"] * len(shown)
+    assert all(any(title in text for title in cited_titles) for _, text in shown)
+
+
 def test_the_autocomplete_finds_for_a_reviewer_only_what_they_may_read(client, review_case):  # type: ignore[no-untyped-def]
     """Any related field reaches the admin's autocomplete (no form of ours uses it): it
     searches the reviewer's querysets, so vault words find nothing for an outsider."""

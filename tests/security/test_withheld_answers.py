@@ -292,3 +292,45 @@ async def test_a_document_restricted_while_its_answer_is_written_is_not_public_i
     answer = await Answer.objects.select_related("question").aget(pk=asked.answer_id)
     shown = await sync_to_async(presenters.answer_payload)(answer=answer, user=asker)
     assert shown.withheld and "silo seven" not in json.dumps(shown.to_dict())
+
+
+# --- the turns a reviewer may not read, counted on one they may --------------------------
+
+
+def _admin_field(html: str, name: str) -> str:
+    """The text of a read-only field on an admin change page."""
+    field = BeautifulSoup(html, "html.parser").select_one(f".field-{name} .readonly")
+    assert field is not None, name
+    return field.get_text(" ", strip=True)
+
+
+@pytest.mark.django_db
+def test_a_reviewer_is_not_told_of_turns_withheld_from_them(client, member, scripted):  # type: ignore[no-untyped-def]
+    """A member asks about the vault, leaves it, and goes on in the same conversation: the
+    later turn holds nothing of the vault (its history left the withheld turn out), so a
+    reviewer outside vault reads it. Its "Turn" and "Searched for" must not say that an
+    earlier turn, one they may not read, exists: that the member asked something answered
+    from a restricted document is itself what the withheld answer hides."""
+    scripted.script = ["The Nightjar zeppelin launches from ", "hangar nine [1]."]
+    first = ask(user=member, question=QUESTION)
+    assert isinstance(first, pipeline.DoneEvent) and SECRET in first.answer.text
+    _leave_vault(member)
+    scripted.script = ["A lambda is a small anonymous function [1]."]
+    second = ask(
+        user=member,
+        question="What is a lambda expression?",
+        conversation_id=first.answer.conversation_id,
+    )
+    assert isinstance(second, pipeline.DoneEvent) and second.answer.turn == 2  # not vacuous
+
+    client.force_login(staff_reviewer("outsider"))
+    html = client.get(f"/admin/answers/answer/{second.answer.answer_id}/change/").content
+    page = html.decode()
+    assert "A lambda is a small anonymous function" in page  # readable to them
+    assert _admin_field(page, "turn") == "1"
+    assert _admin_field(page, "searched_for") == "the question as asked"
+    # A reviewer who may read both turns sees them as they are.
+    client.force_login(staff_reviewer("insider", groups=("vault",)))
+    page = client.get(f"/admin/answers/answer/{second.answer.answer_id}/change/").content.decode()
+    assert _admin_field(page, "turn") == "2"
+    assert _admin_field(page, "searched_for") == "the question as asked"
