@@ -359,22 +359,29 @@ def answer_list_for_user(*, user: AnyUser) -> QuerySet[Answer]:
 WITHHELD_MESSAGE = "This answer is withheld: it draws on a source you can no longer access."
 
 
-def _hidden_prompt_sources(
-    *, user: AnyUser, question_id: int | OuterRef
-) -> QuerySet[RetrievedSource]:
+def _prompt_sources(*, question_id: int | OuterRef) -> QuerySet[RetrievedSource]:
     """The sources given to the model for ``question_id``, or for a turn of its ``context``
-    (the history its prompt held, whose answers it may echo), that ``user`` may not view
-    now.
+    (the history its prompt held, whose answers it may echo).
 
     Every source in the prompt counts, not only the cited ones: the text may quote a
     source it does not cite."""
     # One level further out inside the context's subquery.
     outer = OuterRef(question_id) if isinstance(question_id, OuterRef) else question_id
     context = Question.context.through.objects.filter(from_question_id=outer)
-    hidden = RetrievedSource.objects.filter(
+    return RetrievedSource.objects.filter(
         Q(question_id=question_id) | Q(question_id__in=context.values("to_question_id")),
         prompt_number__isnull=False,
-    ).exclude(document__in=document_list_visible(user=user).values("pk"))
+    )
+
+
+def _hidden_prompt_sources(
+    *, user: AnyUser, question_id: int | OuterRef
+) -> QuerySet[RetrievedSource]:
+    """The sources given to the model for ``question_id`` or its context
+    (``_prompt_sources``) that ``user`` may not view now."""
+    hidden = _prompt_sources(question_id=question_id).exclude(
+        document__in=document_list_visible(user=user).values("pk")
+    )
     # A removed document can be viewed by no one now; its snapshot stays shown only if
     # everyone could view the document when the answer was written (ADR 0022).
     return hidden.exclude(
@@ -389,6 +396,28 @@ def answer_withheld_q(*, user: AnyUser) -> Exists:
     transport (``answer_payload``), the prompt history (``conversation_history``) and the
     admin (``answer_admin_queryset``) apply it."""
     return Exists(_hidden_prompt_sources(user=user, question_id=OuterRef("question_id")))
+
+
+def _replaced_restricted_passages(*, question_id: int | OuterRef) -> QuerySet[RetrievedSource]:
+    """Prompt sources (``_prompt_sources``) whose document was not open to everyone when the
+    answer was written and no longer holds the passage the answer was written from (edited,
+    re-ingested): whoever may view the document now may view what it says now, not
+    necessarily what it said then, when another audience could (ADR 0022's snapshot keeps
+    that passage, and the answer may quote it)."""
+    held = Chunk.objects.filter(document_id=OuterRef("document_id"), text=OuterRef("passage__text"))
+    return _prompt_sources(question_id=question_id).filter(
+        ~Exists(held), document_public=False, passage__isnull=False
+    )
+
+
+def _review_withheld_q(*, reviewer: AnyUser, question_id: OuterRef) -> Q:
+    """Answers (or questions, after ``question_id``) a reviewer without ``review_all_answers``
+    may not read in the admin: withheld from them (``_hidden_prompt_sources``), or written
+    from a restricted passage the document no longer holds. Its asker still reads the
+    latter (they were given the passage); a reviewer cannot be told who could read it."""
+    return Q(Exists(_hidden_prompt_sources(user=reviewer, question_id=question_id))) | Q(
+        Exists(_replaced_restricted_passages(question_id=question_id))
+    )
 
 
 def answer_is_withheld(*, answer: Answer, user: AnyUser) -> bool:
@@ -452,7 +481,9 @@ def answer_admin_queryset(*, reviewer: AnyUser) -> QuerySet[Answer]:
     # listed, see retrieved_sources_for_review): that they matched is itself a clue.
     retrieved = Q()
     if not user_may_review_all(user=reviewer):
-        answers = answers.exclude(answer_withheld_q(user=reviewer))
+        answers = answers.exclude(
+            _review_withheld_q(reviewer=reviewer, question_id=OuterRef("question_id"))
+        )
         retrieved = _reviewable_sources_q(reviewer=reviewer, path="question__retrieved_sources__")
     return (
         answers.select_related("question", "question__user")
@@ -504,7 +535,7 @@ def question_turn_for_review(*, question: Question, reviewer: AnyUser) -> int:
         return question.turn
     return (
         Question.objects.filter(conversation_id=question.conversation_id, turn__lte=question.turn)
-        .exclude(Exists(_hidden_prompt_sources(user=reviewer, question_id=OuterRef("pk"))))
+        .exclude(_review_withheld_q(reviewer=reviewer, question_id=OuterRef("pk")))
         .count()
     )
 
@@ -562,7 +593,9 @@ def gap_questions_for_review(
     answers = Answer.objects.filter(created_at__gte=since)
     visible_documents: QuerySet[Document] | None = None
     if not user_may_review_all(user=reviewer):
-        answers = answers.exclude(answer_withheld_q(user=reviewer))
+        answers = answers.exclude(
+            _review_withheld_q(reviewer=reviewer, question_id=OuterRef("question_id"))
+        )
         visible_documents = document_list_visible(user=reviewer)
     down = Exists(Feedback.objects.filter(answer=OuterRef("pk"), rating=Feedback.Rating.DOWN))
     rows = list(

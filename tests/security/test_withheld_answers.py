@@ -15,7 +15,7 @@ from bs4 import BeautifulSoup
 from django.contrib.auth.models import Group
 from django.core.cache import cache
 
-from answers import pipeline
+from answers import pipeline, services
 from answers.models import Answer, Document, RetrievedSource
 from tests.corpus import ingest_text
 from tests.helpers import ask, bearer_headers, staff_reviewer
@@ -334,3 +334,53 @@ def test_a_reviewer_is_not_told_of_turns_withheld_from_them(client, member, scri
     page = client.get(f"/admin/answers/answer/{second.answer.answer_id}/change/").content.decode()
     assert _admin_field(page, "turn") == "2"
     assert _admin_field(page, "searched_for") == "the question as asked"
+
+
+# --- a restricted passage edited out, then the document opened ---------------------------
+
+
+@pytest.mark.django_db
+def test_a_restricted_passage_edited_out_before_its_document_was_opened_stays_withheld(
+    client, member, scripted
+):  # type: ignore[no-untyped-def]
+    """A vault memo is redacted (the secret edited out) and then opened to everyone. The
+    reviewers who may view it now may view the redacted version, never the passage a
+    member's answer was written from when only vault could read it: that answer, which
+    quotes the passage and keeps it as its evidence (ADR 0022), stays out of their admin.
+    Its asker read that passage when it was written, and still reads their answer."""
+    scripted.script = ["The Nightjar zeppelin launches from ", "hangar nine [1]."]
+    done = ask(user=member, question=QUESTION)
+    assert isinstance(done, pipeline.DoneEvent) and SECRET in done.answer.text
+    answer_id = done.answer.answer_id
+    memo = Document.objects.get(body__contains=SECRET)
+    assert RetrievedSource.objects.filter(
+        question__answer=answer_id, document=memo, prompt_number__isnull=False
+    ).exists()  # not vacuous: written from the memo's passage that holds the secret
+
+    memo.body = memo.body.replace(SECRET, "a hangar")
+    memo.access = Document.Access.EVERYONE
+    services.document_save(document=memo, chunk_size=1200, groups=[])
+    # The other vault document, unchanged, is opened too: nothing else withholds it.
+    for other in Document.objects.filter(title__in=VAULT_TITLES).exclude(pk=memo.pk):
+        other.access = Document.Access.EVERYONE
+        services.document_save(document=other, chunk_size=1200, groups=[])
+
+    outsider = staff_reviewer("outsider")
+    client.force_login(outsider)
+    listing = client.get("/admin/answers/answer/", {"q": SECRET}).content.decode()
+    assert f"/admin/answers/answer/{answer_id}/change/" not in listing
+    page = client.get(f"/admin/answers/answer/{answer_id}/change/", follow=True)
+    assert SECRET not in page.content.decode()
+    services.feedback_record(  # a gap, as the report shows it to a reviewer who may read it
+        answer=Answer.objects.get(pk=answer_id), user=member, rating="down", comment=""
+    )
+    gaps = client.get("/admin/answers/answer/content-gaps/", {"format": "csv"})
+    assert gaps.status_code == 200 and QUESTION not in gaps.content.decode()
+    # An auditor reviews it; its asker still reads it (they read the passage then).
+    client.force_login(staff_reviewer("auditor", review_all=True))
+    page = client.get(f"/admin/answers/answer/{answer_id}/change/").content.decode()
+    assert SECRET in page
+    gaps = client.get("/admin/answers/answer/content-gaps/", {"format": "csv"})
+    assert QUESTION in gaps.content.decode()
+    body = client.get(f"/api/answers/{answer_id}", headers=bearer_headers(member, name="t")).json()
+    assert body["withheld"] is False and SECRET in body["text"]
