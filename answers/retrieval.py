@@ -95,7 +95,10 @@ def sources_contending(candidates: Sequence[Candidate], *, question: str) -> lis
     # page the ranking below prefers (its title, its coverage) often scores just under the
     # threshold, and an absolute cut would drop it before the ranking sees it. Never
     # stricter than the threshold, so a ratio of 1.0 is the old rule.
-    best = max((candidate.score for candidate in candidates), default=0.0)
+    # The best chunk the asker may view: one they may not (a backend that cannot scope, a
+    # document restricted since the search) is dropped later, and must not move the bar
+    # for the others meanwhile (ADR 0009). Unknown visibility (tools) counts.
+    best = max((c.score for c in candidates if c.document_visible is not False), default=0.0)
     floor = min(threshold, ratio * best) if best >= threshold else threshold
     alive: list[Candidate] = []
     for candidate in candidates:

@@ -16,10 +16,10 @@ import pytest
 from django.contrib.auth.models import Group
 from django.test import Client
 
-from answers import selectors, services
+from answers import pipeline, selectors, services
 from answers.models import Document, RetrievedSource
 from answers.registry import get_search_backend
-from tests.helpers import api_post, bearer
+from tests.helpers import api_post, bearer, start
 
 pytestmark = pytest.mark.django_db
 
@@ -230,3 +230,40 @@ def test_an_asker_with_anything_hidden_is_searched_in_scope(asker, scopes):
         document.source_key
         for document in scopes[0]  # type: ignore[attr-defined]
     }
+
+
+def test_a_chunk_the_asker_may_not_view_sets_no_bar_for_their_sources(
+    asker, quiet_questions, settings
+):
+    """Which chunks compete for the places is relative to the best one (ADR 0033): the best
+    the asker may view. Where a restricted chunk still reaches the pipeline (a backend that
+    cannot scope, E013 silenced; a document restricted between search and check), its
+    score must not raise or lower that bar for an outsider, changing which open sources
+    they get, or whether they get an answer at all."""
+    settings.ANSWERS = {**settings.ANSWERS, "SEARCH_BACKEND": f"{__name__}.UnscopedBackend"}
+    services.document_ingest(
+        source_key="t:zoo",
+        title="Zoo keeping notes",
+        body="Keepers feed the animals at dawn and weigh them weekly. The okapi enclosure is "
+        "cleaned daily, and the giraffes share a paddock with the zebras near the path.",
+        chunk_size=1200,
+    )
+    question = "okapi breeding programme"
+
+    def numbered() -> list[str]:
+        # The sources the outsider's `references` event lists (and the prompt holds).
+        run = start(user=asker, question=question)
+        assert isinstance(run, pipeline.AnswerRun)
+        return [reference.title for reference in run.references()]
+
+    without = numbered()
+    assert len(without) > 1  # not vacuous: open chunks under the threshold compete
+    vault, _ = Group.objects.get_or_create(name="vault")
+    services.document_ingest(
+        source_key="vault:okapi",
+        title="Okapi dossier",
+        body=" ".join(["okapi breeding programme"] * 20),
+        group=vault,
+        chunk_size=1200,
+    )
+    assert numbered() == without
