@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from django.core.asgi import get_asgi_application
+from django.core.exceptions import ImproperlyConfigured
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
@@ -24,7 +25,12 @@ def _status_phrases() -> None:
 
 
 _status_phrases()
-django_asgi_app = get_asgi_application()
+try:
+    django_asgi_app = get_asgi_application()
+except ImproperlyConfigured as exc:
+    # A bad variable: daphne prints the one line that names it, then exits 1, instead of
+    # the traceback of Django's settings import with that line at its bottom.
+    raise SystemExit(f"ImproperlyConfigured: {exc}") from None
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 

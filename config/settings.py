@@ -5,11 +5,13 @@ Everything deployment-specific comes from the environment: docs/environment.md.
 
 from __future__ import annotations
 
+import math
 import os
 import secrets
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
@@ -35,22 +37,66 @@ def env_bool(name: str, default: bool = False) -> bool:
     return value.strip().lower() in {"1", "true", "yes", "on"}
 
 
-def env_int(name: str, default: int) -> int:
-    """A whole number from the environment (empty: the default); anything else stops
-    start-up naming the variable, not with int()'s bare ValueError."""
+def env_int(name: str, default: int, *, low: int | None = None) -> int:
+    """A whole number from the environment (empty: the default); anything else, or one
+    under ``low``, stops start-up naming the variable, not with int()'s bare ValueError or
+    a value that makes no sense taken in silence (a negative pool size, a capacity of 0)."""
     value = os.environ.get(name, "").strip()
     try:
-        return int(value) if value else default
+        number = int(value) if value else default
     except ValueError:
         raise ImproperlyConfigured(f"{name} must be a whole number, not {value!r}.") from None
+    if low is not None and number < low:
+        raise ImproperlyConfigured(f"{name} must be at least {low}, not {value!r}.")
+    return number
 
 
-def env_float(name: str, default: float) -> float:
+def env_float(name: str, default: float, *, above: float | None = None) -> float:
+    """A finite number from the environment (empty: the default), more than ``above``:
+    float() also takes "nan" and "inf", which then fail far from here (timedelta)."""
     value = os.environ.get(name, "").strip()
     try:
-        return float(value) if value else default
+        number = float(value) if value else default
     except ValueError:
-        raise ImproperlyConfigured(f"{name} must be a number, not {value!r}.") from None
+        number = math.nan
+    if not math.isfinite(number):
+        raise ImproperlyConfigured(f"{name} must be a number, not {value!r}.")
+    if above is not None and number <= above:
+        raise ImproperlyConfigured(f"{name} must be more than {above:g}, not {value!r}.")
+    return number
+
+
+def env_log_level(name: str, default: str) -> str:
+    """A level name, in any case: logging.config's own error ("Unable to configure root
+    logger") names nothing."""
+    value = os.environ.get(name, "").strip().upper() or default
+    levels = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+    if value not in levels:
+        raise ImproperlyConfigured(
+            f"{name} must be one of {', '.join(levels)}, not {os.environ[name]!r}."
+        )
+    return value
+
+
+def env_redis_url(name: str) -> str:
+    """A URL redis-py reads as meant, or empty. Not echoed: it may hold a password."""
+    url = os.environ.get(name, "").strip()
+    if not url:
+        return ""
+    parsed = urlsplit(url)
+    if parsed.scheme not in {"redis", "rediss", "unix"}:
+        raise ImproperlyConfigured(
+            f"{name} must be a redis://, rediss:// or unix:// URL, e.g. "
+            "redis://redis.internal:6379/0."
+        )
+    # redis-py reads a database that is not a number as database 0, in silence.
+    database = parsed.path.strip("/") if parsed.scheme != "unix" else ""
+    if database and not database.isdigit():
+        raise ImproperlyConfigured(
+            f"{name}'s database (the path after host:port) must be a number, e.g. "
+            "redis://redis.internal:6379/0."
+        )
+    return url
 
 
 def env_list(name: str, default: str = "") -> list[str]:
@@ -124,8 +170,8 @@ AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",  # first: a locked-out login is refused early
     "django.contrib.auth.backends.ModelBackend",
 ]
-AXES_FAILURE_LIMIT = env_int("DJANGO_LOGIN_FAILURE_LIMIT", 5)
-AXES_COOLOFF_TIME = timedelta(minutes=env_float("DJANGO_LOGIN_COOLOFF_MINUTES", 15))
+AXES_FAILURE_LIMIT = env_int("DJANGO_LOGIN_FAILURE_LIMIT", 5, low=1)
+AXES_COOLOFF_TIME = timedelta(minutes=env_float("DJANGO_LOGIN_COOLOFF_MINUTES", 15, above=0))
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 AXES_CLIENT_IP_CALLABLE = "config.auth.login_client_ip"
@@ -164,8 +210,9 @@ def _database() -> dj_database_url.DBConfig:
     KeyError for an empty one)."""
     # Empty counts as unset, as for the other variables here.
     url = os.environ.get("DATABASE_URL") or f"sqlite:///{BASE_DIR / 'db.sqlite3'}"
+    conn_max_age = env_int("DATABASE_CONN_MAX_AGE", 0, low=0)
     try:
-        database = dj_database_url.parse(url, conn_max_age=env_int("DATABASE_CONN_MAX_AGE", 0))
+        database = dj_database_url.parse(url, conn_max_age=conn_max_age)
     except ValueError as exc:  # the URL is not echoed: it may hold a password
         reason = str(exc).split(". ")[0].rstrip(".")  # not the list of every scheme known
         raise ImproperlyConfigured(
@@ -189,8 +236,8 @@ DATABASES = {"default": _database()}
 # (a PostgreSQL backend process forked per call), and the process never holds more than
 # DATABASE_POOL_SIZE however many threads ask; a thread over the limit waits for one.
 # 0 turns the pool off (then DATABASE_CONN_MAX_AGE applies). Sizing: docs/deployment.md.
-DATABASE_POOL_SIZE = env_int("DATABASE_POOL_SIZE", 10)
-DATABASE_POOL_TIMEOUT = env_int("DATABASE_POOL_TIMEOUT", 3)
+DATABASE_POOL_SIZE = env_int("DATABASE_POOL_SIZE", 10, low=0)
+DATABASE_POOL_TIMEOUT = env_int("DATABASE_POOL_TIMEOUT", 3, low=1)
 if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and DATABASE_POOL_SIZE > 0:
     if DATABASES["default"].get("CONN_MAX_AGE"):
         raise ImproperlyConfigured(
@@ -267,8 +314,8 @@ LOGOUT_REDIRECT_URL = "login"
 # group_send drops more (a follower that misses one re-reads the stream log); expiry:
 # seconds an unread message lives; group_expiry: seconds a membership outlives a process
 # that died without leaving (longer than any answer can stream).
-REDIS_URL = os.environ.get("REDIS_URL", "")
-CHANNEL_CAPACITY = env_int("CHANNEL_CAPACITY", 1000)
+REDIS_URL = env_redis_url("REDIS_URL")
+CHANNEL_CAPACITY = env_int("CHANNEL_CAPACITY", 1000, low=1)
 CHANNEL_LAYERS: dict[str, dict[str, Any]]
 CACHES: dict[str, dict[str, Any]]
 if REDIS_URL:
@@ -335,7 +382,7 @@ if not DEBUG:
     SESSION_COOKIE_SECURE = env_bool("DJANGO_SECURE_COOKIES", True)
     CSRF_COOKIE_SECURE = env_bool("DJANGO_SECURE_COOKIES", True)
     SECURE_SSL_REDIRECT = env_bool("DJANGO_SECURE_SSL_REDIRECT", False)
-    SECURE_HSTS_SECONDS = env_int("DJANGO_HSTS_SECONDS", 0)
+    SECURE_HSTS_SECONDS = env_int("DJANGO_HSTS_SECONDS", 0, low=0)
     SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("DJANGO_HSTS_INCLUDE_SUBDOMAINS", True)
     SECURE_HSTS_PRELOAD = env_bool("DJANGO_HSTS_PRELOAD", False)
     SECURE_PROXY_SSL_HEADER = (
@@ -347,7 +394,7 @@ LOGGING = {
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "root": {"handlers": ["console"], "level": os.environ.get("DJANGO_LOG_LEVEL", "INFO")},
+    "root": {"handlers": ["console"], "level": env_log_level("DJANGO_LOG_LEVEL", "INFO")},
     "loggers": {"django.db.backends": {"level": "WARNING"}},
 }
 

@@ -221,3 +221,99 @@ def test_a_variable_that_is_not_a_number_is_named(
     assert last.startswith("django.core.exceptions.ImproperlyConfigured: " + says), last
     # Empty is the default, as for the other variables.
     assert _settings(tmp_path, "", DJANGO_DEBUG="1", **{name: ""}).returncode == 0
+
+
+PRODUCTION = {"DJANGO_DEBUG": "0", "DJANGO_SECRET_KEY": "k" * 50}
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "says"),
+    [
+        # A value of the right type that makes no sense is refused too, not taken silently
+        # (a negative pool size turned the pool off; a capacity of 0 dropped every message).
+        ("DATABASE_POOL_SIZE", "-1", "DATABASE_POOL_SIZE must be at least 0, not '-1'."),
+        ("DATABASE_POOL_TIMEOUT", "0", "DATABASE_POOL_TIMEOUT must be at least 1, not '0'."),
+        ("DATABASE_CONN_MAX_AGE", "-5", "DATABASE_CONN_MAX_AGE must be at least 0, not '-5'."),
+        ("CHANNEL_CAPACITY", "0", "CHANNEL_CAPACITY must be at least 1, not '0'."),
+        ("DJANGO_HSTS_SECONDS", "-1", "DJANGO_HSTS_SECONDS must be at least 0, not '-1'."),
+        ("DJANGO_LOGIN_FAILURE_LIMIT", "0", "DJANGO_LOGIN_FAILURE_LIMIT must be at least 1"),
+        ("DJANGO_LOGIN_COOLOFF_MINUTES", "0", "DJANGO_LOGIN_COOLOFF_MINUTES must be more than 0"),
+        ("DJANGO_LOGIN_COOLOFF_MINUTES", "-1", "DJANGO_LOGIN_COOLOFF_MINUTES must be more than"),
+        # float() takes these; timedelta() then failed with a bare ValueError/OverflowError.
+        ("DJANGO_LOGIN_COOLOFF_MINUTES", "nan", "DJANGO_LOGIN_COOLOFF_MINUTES must be a number"),
+        ("DJANGO_LOGIN_COOLOFF_MINUTES", "inf", "DJANGO_LOGIN_COOLOFF_MINUTES must be a number"),
+        # logging.config's "Unable to configure root logger" named nothing.
+        ("DJANGO_LOG_LEVEL", "LOUD", "DJANGO_LOG_LEVEL must be one of DEBUG, INFO, WARNING"),
+        # redis-py reads a database that is not a number as database 0, in silence; a scheme
+        # it does not know was said only by migrate's check, without naming the variable.
+        ("REDIS_URL", "http://redis.internal:6379/0", "REDIS_URL must be a redis://, rediss://"),
+        ("REDIS_URL", "redis://:secret@redis.internal:6379/x", "REDIS_URL's database"),
+    ],
+)
+def test_a_variable_out_of_its_range_is_named(
+    tmp_path: Path, name: str, value: str, says: str
+) -> None:
+    result = _settings(tmp_path, "", **PRODUCTION, **{name: value})
+    assert result.returncode != 0
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("django.core.exceptions.ImproperlyConfigured: " + says), last
+    assert "secret" not in result.stderr  # a password in a URL is not printed
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("DJANGO_LOG_LEVEL", "debug"),  # as operators write it
+        ("DJANGO_LOGIN_COOLOFF_MINUTES", "0.5"),
+        ("DATABASE_POOL_SIZE", "0"),
+        ("REDIS_URL", "redis://redis.internal:6379/3"),
+        ("REDIS_URL", "rediss://user:pw@redis.internal:6380"),
+        ("REDIS_URL", "unix:///run/redis.sock?db=2"),
+    ],
+)
+def test_a_variable_within_its_range_is_taken(tmp_path: Path, name: str, value: str) -> None:
+    result = _settings(tmp_path, "", **PRODUCTION, **{name: value})
+    assert result.returncode == 0, result.stderr
+
+
+def _manage(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    clean = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("DJANGO_", "ANSWERS_", "DATABASE_")) and k != "REDIS_URL"
+    }
+    clean.update(DJANGO_ENV_FILE="", DATABASE_URL=f"sqlite:///{tmp_path / 'unused.sqlite3'}")
+    return subprocess.run(
+        [sys.executable, *args],
+        cwd=REPO_ROOT,
+        env={**clean, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize(
+    ("env", "says"),
+    [
+        ({"DATABASE_POOL_SIZE": "ten"}, "DATABASE_POOL_SIZE must be a whole number, not 'ten'."),
+        ({"ANSWERS_QUESTIONS_PER_MINUTE": "x"}, "ANSWERS_QUESTIONS_PER_MINUTE must be an integer"),
+        ({"DJANGO_DEBUG": "0"}, "DJANGO_SECRET_KEY must be set when DJANGO_DEBUG is off"),
+    ],
+)
+def test_a_bad_variable_stops_manage_py_and_daphne_with_one_line(
+    tmp_path: Path, env: dict[str, str], says: str
+) -> None:
+    """What the operator reads is the one line that names the variable, not forty lines of
+    Django's settings import with it at the bottom."""
+    env = {"DJANGO_DEBUG": "1", **env}
+    for command in (
+        ["manage.py", "check"],
+        ["-m", "daphne", "-b", "127.0.0.1", "-p", "0", "config.asgi:application"],
+    ):
+        result = _manage(tmp_path, *command, **env)
+        assert result.returncode == 1, (command, result.stderr)
+        assert "Traceback" not in result.stderr, result.stderr
+        (line,) = result.stderr.strip().splitlines()
+        assert line.startswith(f"ImproperlyConfigured: {says}"), line

@@ -235,7 +235,16 @@ def test_the_layout_lists_every_module_one_line_each():
 
 # Calls that read an environment variable named by their first argument, and the keyword
 # that names one (``Setting(env=...)``, ``dj_database_url.config(env=...)``).
-_ENV_READERS = {"os.environ.get", "os.getenv", "env_bool", "env_int", "env_float", "env_list"}
+_ENV_READERS = {
+    "os.environ.get",
+    "os.getenv",
+    "env_bool",
+    "env_int",
+    "env_float",
+    "env_list",
+    "env_log_level",
+    "env_redis_url",
+}
 
 
 def _environment_variables_read() -> set[str]:
