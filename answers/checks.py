@@ -49,7 +49,8 @@ def check_answers_settings(app_configs: Any = None, **kwargs: Any) -> list[Check
         if isinstance(value, bool) or not ok_type:
             errors.append(Error(f"ANSWERS[{key!r}] must be a {kind.__name__}.", id="answers.E003"))
             continue
-        if value < low or (high is not None and value > high):
+        # Written so NaN fails it: NaN compares false with both bounds.
+        if not (value >= low and (high is None or value <= high)):
             bound = f"between {low} and {high}" if high is not None else f"at least {low}"
             errors.append(Error(f"ANSWERS[{key!r}] must be {bound}.", id="answers.E004"))
     if (

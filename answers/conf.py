@@ -229,7 +229,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "OPENAI_BASE_URL",
         "",
-        "OpenAI-compatible provider: the server's URL (empty: api.openai.com).",
+        "OpenAI-compatible provider: the server's http(s) URL (empty: api.openai.com).",
         env="OPENAI_BASE_URL",
     ),
     Setting(

@@ -35,6 +35,20 @@ def test_defaults_pass(settings):
         ({"STREAM_LOG_TTL": 0}, "answers.E004"),
         ({"STREAM_POLL_INTERVAL": "soon"}, "answers.E003"),
         ({"STREAM_CACHE": "nowhere"}, "answers.E008"),
+        # NaN compares false with both bounds, so it passed (ANSWERS_SHUTDOWN_GRACE=nan).
+        ({"SHUTDOWN_GRACE": float("nan")}, "answers.E004"),
+        ({"NEAR_DUPLICATE_SIMILARITY": float("nan")}, "answers.E004"),
+        ({"SCORE_THRESHOLD": float("inf")}, "answers.E004"),
+        # The first question would fail, with nothing said at start-up.
+        (
+            {"PROVIDER": "openai", "MODEL": "m", "OPENAI_BASE_URL": "gpu-box:8000/v1"},
+            "answers.E017",
+        ),
+        (
+            {"PROVIDER": "openai", "MODEL": "m", "OPENAI_BASE_URL": "ftp://gpu-box/v1"},
+            "answers.E017",
+        ),
+        ({"PROVIDER": "openai", "MODEL": "m", "OPENAI_BASE_URL": "http:///v1"}, "answers.E017"),
     ],
 )
 def test_bad_values_are_reported(settings, value, expected):
@@ -392,3 +406,10 @@ def test_a_switch_misspelt_in_the_environment_stops_start_up_naming_it():
 
 def test_rerank_threads_out_of_bounds_fails_the_check(settings):
     assert ids({"RERANK_THREADS": 0}, settings) == ["answers.E004"]
+
+
+@pytest.mark.parametrize(
+    "url", ["http://127.0.0.1:11434/v1", "https://api.example.com/v1", "HTTP://gpu-box:8000/v1"]
+)
+def test_an_http_openai_base_url_passes(settings, url):
+    assert ids({"PROVIDER": "openai", "MODEL": "m", "OPENAI_BASE_URL": url}, settings) == []

@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 from django.core.checks import CheckMessage, Error
 
@@ -195,7 +196,19 @@ class OpenAIProvider:
                     id="answers.E011",
                 )
             )
-        if not openai_base_url() and not openai_api_key():
+        base_url = openai_base_url()
+        parsed = urlsplit(base_url)
+        if base_url and (parsed.scheme.lower() not in {"http", "https"} or not parsed.hostname):
+            errors.append(
+                Error(
+                    "OPENAI_BASE_URL (ANSWERS['OPENAI_BASE_URL']) is not an http(s) URL with "
+                    "a host: every question would fail.",
+                    hint="e.g. http://127.0.0.1:11434/v1 (Ollama) or http://gpu-box:8000/v1 "
+                    "(vLLM); empty for api.openai.com.",
+                    id="answers.E017",
+                )
+            )
+        if not base_url and not openai_api_key():
             errors.append(
                 Error(
                     "The openai provider talks to api.openai.com but no API key is set.",
