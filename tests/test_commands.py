@@ -640,6 +640,15 @@ def test_ask_blank_question_is_a_command_error(asker) -> None:  # type: ignore[n
     assert not Answer.objects.exists()
 
 
+def test_ask_empty_user_is_a_command_error_not_the_first_superuser(asker) -> None:  # type: ignore[no-untyped-def]
+    # `--user "$ASKER"` with the variable unset must not ask as a superuser, who sees every
+    # document.
+    get_user_model().objects.create_superuser(username="root", email="", password="x-pw-1")
+    with pytest.raises(CommandError, match=r"^--user needs a name"):
+        run("ask", "What is a lambda expression?", "--user", " ")
+    assert not Answer.objects.exists()
+
+
 # ------------------------------------------------------------------------- bootstrap
 
 
@@ -929,3 +938,20 @@ def test_a_path_that_cannot_be_reached_is_not_called_missing(
     assert stderr.strip().splitlines() == [f"Skipped {inside}: cannot read it (Permission denied)"]
     with pytest.raises(CommandError, match=r"^Every file failed to ingest\.$"):
         run("ingest", str(tmp_path / "locked"))
+
+
+@pytest.mark.parametrize(
+    ("username", "says"),
+    [
+        ("", "--username needs a name"),
+        ("two words", "--username 'two words' is not a valid username"),
+        ("u" * 151, "is not a valid username"),
+    ],
+)
+def test_bootstrap_refuses_a_username_it_cannot_create(username: str, says: str) -> None:
+    # Without a staff login it creates one: an empty name was a ValueError traceback, one
+    # with a space or too long a login nobody could use (or a database error on PostgreSQL).
+    assert not get_user_model().objects.filter(is_staff=True).exists()
+    with pytest.raises(CommandError, match=re.escape(says)):
+        run("bootstrap", "--username", username)
+    assert not get_user_model().objects.exists()

@@ -144,3 +144,6 @@ def test_the_command_refuses_bad_input() -> None:
         call_command("content_gaps", "--days", "0")
     with pytest.raises(CommandError, match="No user 'nobody'"):
         call_command("content_gaps", "--user", "nobody")
+    # Not everything, as a reviewer holding review_all_answers sees it.
+    with pytest.raises(CommandError, match="--user needs a name"):
+        call_command("content_gaps", "--user", "")

@@ -36,6 +36,10 @@ class Command(BaseCommand):
 
     def _user(self, username: str | None) -> Any:
         User = get_user_model()
+        # Given but empty (an unset variable): an error, not the first superuser, who sees
+        # every document.
+        if username is not None and not username.strip():
+            raise CommandError("--user needs a name (leave it out to ask as the first superuser).")
         if username:
             user = User.objects.filter(**{User.USERNAME_FIELD: username}).first()
             if user is None:

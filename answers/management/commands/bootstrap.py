@@ -7,6 +7,7 @@ from typing import Any
 
 from axes.utils import reset as axes_reset
 from django.contrib.auth import get_user_model
+from django.core.exceptions import ValidationError
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
@@ -51,6 +52,7 @@ class Command(BaseCommand):
                 "run `manage.py createsuperuser`, or `manage.py bootstrap --username OTHER`."
             )
             return
+        self._check_username(User, username)
         password = secrets.token_urlsafe(12)
         User.objects.create_superuser(username=username, email="", password=password)
         self.stdout.write(
@@ -58,6 +60,19 @@ class Command(BaseCommand):
                 f"Created a local staff login:\n  username: {username}\n  password: {password}"
             )
         )
+
+    def _check_username(self, User: Any, username: str) -> None:
+        """The login to create must be one the login page accepts: create_superuser checks
+        nothing but emptiness (a ValueError), and too long a name fails on PostgreSQL."""
+        if not username.strip():
+            raise CommandError("--username needs a name (default: admin).")
+        field = User._meta.get_field(User.USERNAME_FIELD)
+        try:
+            field.clean(username, None)
+        except ValidationError as exc:
+            raise CommandError(
+                f"--username {username!r} is not a valid username: {' '.join(exc.messages)}"
+            ) from None
 
     def _reset_password(self, User: Any, username: str) -> None:
         user = User.objects.filter(**{User.USERNAME_FIELD: username}).first()

@@ -36,6 +36,9 @@ class Command(BaseCommand):
         if not 1 <= days <= 366:
             raise CommandError("--days must be between 1 and 366.")
         reviewer: Any = evaluation_user_default()
+        # Given but empty (an unset variable): an error, not the report of everything.
+        if options["user"] is not None and not options["user"].strip():
+            raise CommandError("--user needs a name (leave it out to report everything).")
         if options["user"]:
             reviewer = get_user_model().objects.filter(username=options["user"]).first()
             if reviewer is None:
