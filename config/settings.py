@@ -219,6 +219,21 @@ def _database() -> dj_database_url.DBConfig:
             f"DATABASE_URL is not a database URL this project can read ({reason}). Use "
             "sqlite:///path/to/db.sqlite3 or postgres://user:password@host:5432/name."
         ) from None
+    engine = str(database["ENGINE"])
+    if engine not in {"django.db.backends.sqlite3", "django.db.backends.postgresql"}:
+        # Django's own error (a driver missing) is a traceback, and neither search index
+        # (answers/search/) exists for another database.
+        raise ImproperlyConfigured(
+            f"DATABASE_URL names a {engine.rsplit('.', 1)[-1]} database; this project runs "
+            "on SQLite (sqlite:///path/to/db.sqlite3) or PostgreSQL "
+            "(postgres://user:password@host:5432/name)."
+        )
+    if engine.endswith("sqlite3") and str(database.get("NAME") or ":memory:") == ":memory:":
+        # migrate would fill a database gone when it exits; daphne would serve another.
+        raise ImproperlyConfigured(
+            "DATABASE_URL names an in-memory SQLite database, which lasts one process: "
+            "use a file, sqlite:////absolute/path/db.sqlite3."
+        )
     if database["ENGINE"] == "django.db.backends.postgresql":
         try:
             import psycopg  # noqa: F401

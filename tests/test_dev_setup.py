@@ -317,3 +317,25 @@ def test_a_bad_variable_stops_manage_py_and_daphne_with_one_line(
         assert "Traceback" not in result.stderr, result.stderr
         (line,) = result.stderr.strip().splitlines()
         assert line.startswith(f"ImproperlyConfigured: {says}"), line
+
+
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        # dj-database-url reads it, then Django failed loading MySQLdb with a traceback (and
+        # there is no search backend for it).
+        ("mysql://someone:secret@db/answers", "DATABASE_URL names a mysql database"),
+        # An in-memory database: migrate fills one that is gone when it exits, and daphne
+        # serves another with no tables.
+        ("sqlite://", "DATABASE_URL names an in-memory SQLite database"),
+        ("sqlite:///:memory:", "DATABASE_URL names an in-memory SQLite database"),
+    ],
+)
+def test_a_database_this_project_cannot_serve_from_is_named(
+    tmp_path: Path, url: str, says: str
+) -> None:
+    result = _settings(tmp_path, "", code=ENGINE, DJANGO_DEBUG="1", DATABASE_URL=url)
+    assert result.returncode != 0
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("django.core.exceptions.ImproperlyConfigured: " + says), last
+    assert "secret" not in result.stderr
