@@ -380,3 +380,15 @@ async def _channel_layer_answers(layer: BaseChannelLayer) -> None:
         close_pools = getattr(layer, "close_pools", None)
         if close_pools is not None:
             await close_pools()
+
+
+def serving_errors() -> list[CheckMessage]:
+    """What the app's own settings checks refuse, for a server about to start
+    (config/asgi.py): daphne runs no system check, so a bad ``ANSWERS`` value would be
+    found only by the questions it fails. The database-tagged checks, which connect, stay
+    with ``migrate`` and ``check --database default``."""
+    return [
+        message
+        for message in (*check_answers_settings(), *check_channel_layer())
+        if message.is_serious()
+    ]

@@ -32,6 +32,16 @@ except ImproperlyConfigured as exc:
     # the traceback of Django's settings import with that line at its bottom.
     raise SystemExit(f"ImproperlyConfigured: {exc}") from None
 
+from answers.checks import serving_errors  # noqa: E402
+
+# The settings' checks, as manage.py check runs them: a bad ANSWERS value stops daphne
+# here rather than failing every question (QUESTIONS_PER_MINUTE=0 refused them all).
+if _refused := serving_errors():
+    raise SystemExit(
+        "The settings fail their checks (manage.py check); not serving:\n"
+        + "\n".join(str(message) for message in _refused)
+    )
+
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
 from answers.auth import socket_auth_stack  # noqa: E402

@@ -276,7 +276,9 @@ def test_a_variable_within_its_range_is_taken(tmp_path: Path, name: str, value: 
     assert result.returncode == 0, result.stderr
 
 
-def _manage(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+def _manage(
+    tmp_path: Path, *args: str, timeout: float = 60, **env: str
+) -> subprocess.CompletedProcess[str]:
     clean = {
         k: v
         for k, v in os.environ.items()
@@ -289,7 +291,7 @@ def _manage(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProce
         env={**clean, **env},
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=timeout,
         check=False,
     )
 
@@ -339,3 +341,27 @@ def test_a_database_this_project_cannot_serve_from_is_named(
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("django.core.exceptions.ImproperlyConfigured: " + says), last
     assert "secret" not in result.stderr
+
+
+DAPHNE = ["-m", "daphne", "-b", "127.0.0.1", "-p", "0", "config.asgi:application"]
+
+
+def test_daphne_refuses_to_start_with_a_setting_the_checks_refuse(tmp_path: Path) -> None:
+    """The README says every ANSWERS key is checked at start-up; daphne ran no check, so
+    ANSWERS_QUESTIONS_PER_MINUTE=0 served and refused every question ("at most 0 a minute")
+    and a provider that cannot be imported failed every answer."""
+    try:
+        result = _manage(
+            tmp_path,
+            *DAPHNE,
+            timeout=30,
+            DJANGO_DEBUG="1",
+            ANSWERS_QUESTIONS_PER_MINUTE="0",
+            ANSWERS_PROVIDER="no.such.Provider",
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail("daphne started and served with settings its checks refuse")
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+    assert "(answers.E004) ANSWERS['QUESTIONS_PER_MINUTE'] must be between 1" in result.stderr
+    assert "(answers.E006) ANSWERS['PROVIDER'] = 'no.such.Provider'" in result.stderr
