@@ -289,6 +289,9 @@ def test_a_missing_file_or_user_is_a_clear_error(tmp_path: Path) -> None:
     path = write_set(tmp_path, "ok.jsonl", [{"question": "What is a lambda?", "expect": []}])
     with pytest.raises(CommandError, match="No user 'nobody'"):
         evaluate(path, "--user", "nobody")
+    # Given empty (a variable not set): not the superuser who sees every document.
+    with pytest.raises(CommandError, match="--user needs a name"):
+        evaluate(path, "--user", "")
 
 
 def test_user_option_applies_that_users_access(asker: object, tmp_path: Path) -> None:

@@ -237,6 +237,9 @@ class Command(BaseCommand):
             )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        # Given but empty (a variable not set): an error, not the superuser who sees all.
+        if options["user"] is not None and not options["user"].strip():
+            raise CommandError("--user needs a name (leave it out to evaluate as a superuser).")
         if options["user"]:
             try:
                 user = get_user_model().objects.get(username=options["user"])
