@@ -9,8 +9,10 @@ from typing import Any
 from asgiref.sync import async_to_sync
 from channels.layers import BaseChannelLayer, InMemoryChannelLayer, get_channel_layer
 from django.conf import settings
+from django.contrib.staticfiles.storage import ManifestFilesMixin
 from django.core.cache import caches
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
+from django.core.files.storage import storages
 from django.db import connection
 from django.utils.module_loading import import_string
 
@@ -294,6 +296,24 @@ def check_database_connections(
             )
         )
     return messages
+
+
+@register(Tags.staticfiles, deploy=True)
+def check_static_files_collected(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """With a manifest storage (the shipped project with DEBUG off) every page names its
+    assets through collectstatic's manifest: without it each page is a 500 ("Missing
+    staticfiles manifest entry"), and nothing else says so before a user does."""
+    storage = storages["staticfiles"]
+    if not isinstance(storage, ManifestFilesMixin) or storage.read_manifest() is not None:
+        return []
+    return [
+        Error(
+            f"The static files are not collected: {storage.manifest_name} is missing from "
+            "STATIC_ROOT, so every page would fail (500).",
+            hint="Run manage.py collectstatic --noinput, once per release (docs/deployment.md).",
+            id="answers.E018",
+        )
+    ]
 
 
 # Shown with the errors below: in the shipped project both live in REDIS_URL's Redis.

@@ -413,3 +413,28 @@ def test_rerank_threads_out_of_bounds_fails_the_check(settings):
 )
 def test_an_http_openai_base_url_passes(settings, url):
     assert ids({"PROVIDER": "openai", "MODEL": "m", "OPENAI_BASE_URL": url}, settings) == []
+
+
+MANIFEST_STORAGE = "whitenoise.storage.CompressedManifestStaticFilesStorage"
+
+
+def test_static_files_not_collected_are_a_deploy_error(settings, tmp_path):
+    """With DEBUG off every page names its assets through collectstatic's manifest: without
+    it each page was a 500 ("Missing staticfiles manifest entry") while check --deploy said
+    "no issues"."""
+    from answers.checks import check_static_files_collected
+
+    settings.STATIC_ROOT = str(tmp_path)
+    settings.STORAGES = {**settings.STORAGES, "staticfiles": {"BACKEND": MANIFEST_STORAGE}}
+    (error,) = check_static_files_collected()
+    assert error.id == "answers.E018"
+    assert "collectstatic" in error.hint
+    (tmp_path / "staticfiles.json").write_text('{"paths": {}, "version": "1.1"}')
+    assert check_static_files_collected() == []
+
+
+def test_static_files_served_from_the_finders_need_no_collecting(settings, tmp_path):
+    from answers.checks import check_static_files_collected
+
+    settings.STATIC_ROOT = str(tmp_path)
+    assert check_static_files_collected() == []  # the tests' storage, as DEBUG's

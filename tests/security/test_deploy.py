@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 # Exactly the variables docs/deployment.md tells operators to set.
 PRODUCTION_ENV = {
@@ -19,10 +21,10 @@ PRODUCTION_ENV = {
 }
 
 
-def check_deploy(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+def manage(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "ANSWERS_"))}
     return subprocess.run(
-        [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
+        [sys.executable, "manage.py", *args],
         cwd=ROOT,
         env={**clean, "DJANGO_SETTINGS_MODULE": "config.settings", **env},
         capture_output=True,
@@ -30,6 +32,17 @@ def check_deploy(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
         timeout=120,
         check=False,
     )
+
+
+def check_deploy(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return manage(env, "check", "--deploy", "--fail-level", "WARNING")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def collected_static_files() -> None:
+    """The documented step before check --deploy (into the git-ignored staticfiles/)."""
+    done = manage(PRODUCTION_ENV, "collectstatic", "--noinput", "-v", "0")
+    assert done.returncode == 0, done.stderr
 
 
 def test_the_documented_production_environment_passes_the_deploy_checks():
