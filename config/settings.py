@@ -66,6 +66,39 @@ def env_float(name: str, default: float, *, above: float | None = None) -> float
     return number
 
 
+def env_hosts(name: str, default: str = "") -> list[str]:
+    """Host names: Django matches no request against a URL or a path, so every page would
+    be a 400 with nothing said at start-up."""
+    hosts = env_list(name, default)
+    for host in hosts:
+        if "/" in host:
+            raise ImproperlyConfigured(
+                f"{name} holds host names (answers.example.com), not URLs or paths: {host!r}."
+            )
+    return hosts
+
+
+def env_origins(name: str) -> list[str]:
+    """Origins, scheme and host (and port) only: Django checks for the scheme, but one with
+    a path (a trailing slash) never equals a request's Origin, so every form and socket
+    through the proxy would be refused."""
+    origins = env_list(name)
+    for origin in origins:
+        parts = urlsplit(origin)
+        if (
+            parts.scheme not in {"http", "https"}
+            or not parts.netloc
+            or parts.path
+            or parts.query
+            or parts.fragment
+        ):
+            raise ImproperlyConfigured(
+                f"{name} holds origins, a scheme and a host only "
+                f"(https://answers.example.com), not {origin!r}."
+            )
+    return origins
+
+
 def env_log_level(name: str, default: str) -> str:
     """A level name, in any case: logging.config's own error ("Unable to configure root
     logger") names nothing."""
@@ -127,8 +160,8 @@ def _secret_key() -> str:
 
 SECRET_KEY = _secret_key()
 
-ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]" if DEBUG else "")
-CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS")
+ALLOWED_HOSTS = env_hosts("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]" if DEBUG else "")
+CSRF_TRUSTED_ORIGINS = env_origins("DJANGO_CSRF_TRUSTED_ORIGINS")
 
 INSTALLED_APPS = [
     "daphne",

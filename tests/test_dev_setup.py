@@ -248,6 +248,15 @@ PRODUCTION = {"DJANGO_DEBUG": "0", "DJANGO_SECRET_KEY": "k" * 50}
         # it does not know was said only by migrate's check, without naming the variable.
         ("REDIS_URL", "http://redis.internal:6379/0", "REDIS_URL must be a redis://, rediss://"),
         ("REDIS_URL", "redis://:secret@redis.internal:6379/x", "REDIS_URL's database"),
+        # Django matched no request against it: every page a 400, with nothing said.
+        ("DJANGO_ALLOWED_HOSTS", "https://answers.example.com", "DJANGO_ALLOWED_HOSTS holds"),
+        # Django checks only for a scheme: a trailing slash never matched an Origin, so every
+        # form through the proxy was refused (CSRF) and every socket (origin check).
+        (
+            "DJANGO_CSRF_TRUSTED_ORIGINS",
+            "https://answers.example.com/",
+            "DJANGO_CSRF_TRUSTED_ORIGINS holds origins",
+        ),
     ],
 )
 def test_a_variable_out_of_its_range_is_named(
@@ -269,6 +278,8 @@ def test_a_variable_out_of_its_range_is_named(
         ("REDIS_URL", "redis://redis.internal:6379/3"),
         ("REDIS_URL", "rediss://user:pw@redis.internal:6380"),
         ("REDIS_URL", "unix:///run/redis.sock?db=2"),
+        ("DJANGO_ALLOWED_HOSTS", "answers.example.com, .example.org,[::1]"),
+        ("DJANGO_CSRF_TRUSTED_ORIGINS", "https://answers.example.com,https://*.example.org:8443"),
     ],
 )
 def test_a_variable_within_its_range_is_taken(tmp_path: Path, name: str, value: str) -> None:

@@ -242,6 +242,8 @@ _ENV_READERS = {
     "env_int",
     "env_float",
     "env_list",
+    "env_hosts",
+    "env_origins",
     "env_log_level",
     "env_redis_url",
 }
