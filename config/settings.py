@@ -27,6 +27,13 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 # Production has no `.env`, so it still refuses to start without DJANGO_SECRET_KEY.
 _ENV_FILE = os.environ.get("DJANGO_ENV_FILE", str(BASE_DIR / ".env"))
 if _ENV_FILE:
+    # A file named on purpose must be there: skipped in silence, its variables would be
+    # missed with an error about them ("DJANGO_SECRET_KEY must be set"), not about it.
+    named = "DJANGO_ENV_FILE" in os.environ
+    if named and not (os.path.isfile(_ENV_FILE) and os.access(_ENV_FILE, os.R_OK)):
+        raise ImproperlyConfigured(
+            f"DJANGO_ENV_FILE names {_ENV_FILE}, which cannot be read (set it empty to read none)."
+        )
     load_dotenv(_ENV_FILE, override=False)
 
 

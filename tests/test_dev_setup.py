@@ -66,12 +66,24 @@ def test_a_variable_already_set_wins_over_the_env_file(tmp_path, dev_env):
 
 
 def test_without_an_env_file_production_still_needs_a_real_key(tmp_path):
-    result = _settings(tmp_path, str(tmp_path / "missing.env"))
+    result = _settings(tmp_path, "")
     assert result.returncode != 0
     assert "DJANGO_SECRET_KEY must be set" in result.stderr
-    result = _settings(tmp_path, str(tmp_path / "missing.env"), DJANGO_SECRET_KEY="k" * 50)
+    result = _settings(tmp_path, "", DJANGO_SECRET_KEY="k" * 50)
     assert result.returncode == 0, result.stderr
     assert "DEBUG False" in result.stdout
+
+
+def test_an_env_file_named_but_missing_is_named_not_skipped(tmp_path):
+    """DJANGO_ENV_FILE=/etc/answers.env with a typo read nothing in silence: the operator
+    then read "DJANGO_SECRET_KEY must be set" about a key that is in the file."""
+    result = _settings(tmp_path, str(tmp_path / "answers.env"))
+    assert result.returncode != 0
+    last = result.stderr.strip().splitlines()[-1]
+    assert last == (
+        "django.core.exceptions.ImproperlyConfigured: DJANGO_ENV_FILE names "
+        f"{tmp_path / 'answers.env'}, which cannot be read (set it empty to read none)."
+    ), last
 
 
 def test_a_command_starts_without_a_banner_on_stderr(tmp_path, dev_env):
