@@ -37,11 +37,21 @@ if _ENV_FILE:
     load_dotenv(_ENV_FILE, override=False)
 
 
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
+
+
 def env_bool(name: str, default: bool = False) -> bool:
-    value = os.environ.get(name)
-    if value is None or value == "":
+    """On or off (empty: the default). Any other word stops start-up: read as off, a typo
+    turned off what defaults to on (DJANGO_SECURE_COOKIES=ture: cookies without Secure)."""
+    value = os.environ.get(name, "").strip().lower()
+    if not value:
         return default
-    return value.strip().lower() in {"1", "true", "yes", "on"}
+    if value not in _TRUE + _FALSE:
+        raise ImproperlyConfigured(
+            f"{name} must be {', '.join(_TRUE)} or {', '.join(_FALSE)}, not {os.environ[name]!r}."
+        )
+    return value in _TRUE
 
 
 def env_int(name: str, default: int, *, low: int | None = None) -> int:

@@ -260,6 +260,10 @@ PRODUCTION = {"DJANGO_DEBUG": "0", "DJANGO_SECRET_KEY": "k" * 50}
         # it does not know was said only by migrate's check, without naming the variable.
         ("REDIS_URL", "http://redis.internal:6379/0", "REDIS_URL must be a redis://, rediss://"),
         ("REDIS_URL", "redis://:secret@redis.internal:6379/x", "REDIS_URL's database"),
+        # Anything but a true word read as off, even where the default is on: a typo turned
+        # the cookies' Secure flag off in silence.
+        ("DJANGO_SECURE_COOKIES", "ture", "DJANGO_SECURE_COOKIES must be 1, true, yes, on"),
+        ("DJANGO_HSTS_INCLUDE_SUBDOMAINS", "enabled", "DJANGO_HSTS_INCLUDE_SUBDOMAINS must be"),
         # Django matched no request against it: every page a 400, with nothing said.
         ("DJANGO_ALLOWED_HOSTS", "https://answers.example.com", "DJANGO_ALLOWED_HOSTS holds"),
         # Django checks only for a scheme: a trailing slash never matched an Origin, so every
@@ -291,6 +295,8 @@ def test_a_variable_out_of_its_range_is_named(
         ("REDIS_URL", "rediss://user:pw@redis.internal:6380"),
         ("REDIS_URL", "unix:///run/redis.sock?db=2"),
         ("DJANGO_ALLOWED_HOSTS", "answers.example.com, .example.org,[::1]"),
+        ("DJANGO_SECURE_COOKIES", "Off"),
+        ("DJANGO_HSTS_PRELOAD", " YES "),
         ("DJANGO_CSRF_TRUSTED_ORIGINS", "https://answers.example.com,https://*.example.org:8443"),
     ],
 )
