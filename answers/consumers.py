@@ -34,6 +34,8 @@ logger = logging.getLogger(__name__)
 # surrogate pair, "\\ud83d\\ude00", 12 characters for one.
 ESCAPED_CHARACTER_MAX = 12
 MESSAGE_OVERHEAD_BYTES = 1024
+SIGNED_OUT_MESSAGE = "Your session has ended. Please log in again."
+FORBIDDEN_MESSAGE = "You do not have permission to ask questions."
 
 
 class AnswerConsumer(AsyncJsonWebsocketConsumer):
@@ -54,7 +56,7 @@ class AnswerConsumer(AsyncJsonWebsocketConsumer):
             return
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
-            await self.close(code=4401)
+            await self._refuse(SIGNED_OUT_MESSAGE, "signed_out", close_code=4401)
             return
         try:
             can_ask = await database_sync_to_async(selectors.user_can_ask)(user=user)
@@ -63,17 +65,22 @@ class AnswerConsumer(AsyncJsonWebsocketConsumer):
             await self._unavailable()
             return
         if not can_ask:
-            await self.close(code=4403)
+            await self._refuse(FORBIDDEN_MESSAGE, "forbidden", close_code=4403)
             return
         await self.accept()
 
     async def _unavailable(self) -> None:
-        """The database cannot be reached: accepted only to say so (a refused handshake
-        looks like a server that is gone), then closed with 4503 (as 4401 and 4403: a 4
-        before the HTTP status)."""
+        """The database cannot be reached: said, then closed with 4503."""
+        await self._refuse(pipeline.DATABASE_UNAVAILABLE_MESSAGE, "unavailable", close_code=4503)
+
+    async def _refuse(self, message: str, code: str, *, close_code: int) -> None:
+        """Accepted only to say why, then closed with ``close_code`` (a 4 before the HTTP
+        status). Not refused at the handshake: a browser sees that only as a connection
+        that failed (1006), like a server that is gone, and would retry it forever; the
+        page reads these codes (4401: log in again, 4403: stop trying)."""
         await self.accept()
-        await self._error(pipeline.DATABASE_UNAVAILABLE_MESSAGE, "unavailable", last=True)
-        await self.close(code=4503)
+        await self._error(message, code, last=True)
+        await self.close(code=close_code)
 
     async def disconnect(self, code: int) -> None:
         task, self.task = self.task, None
@@ -172,9 +179,7 @@ class AnswerConsumer(AsyncJsonWebsocketConsumer):
             await self._error(pipeline.GENERIC_ERROR, "failed", last=True)
             return None
         if user is None:
-            await self._error(
-                "Your session has ended. Please log in again.", "signed_out", last=True
-            )
+            await self._error(SIGNED_OUT_MESSAGE, "signed_out", last=True)
             await self.close(code=4401)
             return None
         self.scope["user"] = user

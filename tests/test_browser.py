@@ -207,6 +207,38 @@ def test_stop_pressed_while_the_connection_is_down_stops_the_answer(slow_page: P
     assert unexpected_errors(slow_page) == []
 
 
+def test_signed_out_elsewhere_the_page_asks_to_log_in_and_loses_nothing(
+    slow_page: Page, asker
+) -> None:  # type: ignore[no-untyped-def]
+    from answers.models import Answer
+
+    log_in(slow_page, "asker", "pw-asker")
+    turn = start_asking(slow_page, QUESTION)
+    draft = "and how does it differ from a def function?"
+    slow_page.locator("#question").fill(draft)
+    other = slow_page.context.new_page()
+    other.goto("/")
+    other.get_by_role("button", name="Log out").click()
+    other.close()
+    # The network drops the socket: the next handshake has no session.
+    slow_page.evaluate("window.__sockets.at(-1).close()")
+    expect(slow_page).to_have_url(re.compile(r"/accounts/login/\?next=%2Fconversations%2F"))
+    expect(slow_page.get_by_role("status")).to_contain_text("your session has ended")
+    slow_page.get_by_label("Username").fill("asker")
+    slow_page.get_by_label("Password").fill("pw-asker")
+    slow_page.get_by_role("button", name="Log in").click()
+    # Back in the conversation: the answer (written meanwhile) and the unsent draft.
+    expect(slow_page).to_have_url(re.compile(r"/conversations/[0-9a-f-]{36}/$"))
+    turn = slow_page.locator("[data-turns] [data-turn]")
+    expect(turn).to_have_count(1)
+    expect(turn.locator("[data-answer]")).to_have_attribute("data-answer-state", "done")
+    check_citations(turn)
+    expect(slow_page.locator("#question")).to_have_value(draft)
+    (answer,) = Answer.objects.all()
+    assert answer.status == "complete"
+    assert unexpected_errors(slow_page) == []
+
+
 def test_back_and_reload_show_the_whole_conversation(slow_page: Page, asker) -> None:  # type: ignore[no-untyped-def]
     from answers.models import Answer
 

@@ -146,18 +146,29 @@ async def test_a_second_ask_while_streaming_gets_a_clear_error(corpus, asker, se
     await comm.disconnect(timeout=30)
 
 
-async def test_anonymous_users_are_refused(corpus):
+# Refused after the handshake, not at it: a browser sees a refused handshake only as a
+# dropped connection (1006) and would retry it forever; a close code it can read tells
+# the page to send the user to log in (4401) or to stop trying (4403).
+
+
+async def test_anonymous_users_are_told_to_log_in_and_closed_4401(corpus):
     from django.contrib.auth.models import AnonymousUser
 
     comm = scoped_socket(AnonymousUser())
-    accepted, _ = await comm.connect(timeout=30)
-    assert not accepted
+    assert (await comm.connect(timeout=30))[0]
+    error = await comm.receive_json_from(timeout=30)
+    assert error["type"] == "error" and error["code"] == "signed_out"
+    assert "log in" in error["message"]
+    assert await comm.receive_output(timeout=30) == {"type": "websocket.close", "code": 4401}
 
 
-async def test_users_without_the_ask_permission_are_refused(corpus, no_ask_user):
+async def test_users_without_the_ask_permission_are_told_so_and_closed_4403(corpus, no_ask_user):
     comm = scoped_socket(no_ask_user)
-    accepted, _ = await comm.connect(timeout=30)
-    assert not accepted
+    assert (await comm.connect(timeout=30))[0]
+    error = await comm.receive_json_from(timeout=30)
+    assert error["type"] == "error" and error["code"] == "forbidden"
+    assert error["message"] == "You do not have permission to ask questions."
+    assert await comm.receive_output(timeout=30) == {"type": "websocket.close", "code": 4403}
 
 
 @pytest.mark.parametrize("origin", [(b"origin", b"https://evil.example"), None])

@@ -424,8 +424,9 @@ async def test_a_socket_without_a_valid_session_is_refused(corpus):
     comm = raw_socket(
         [(b"host", b"testserver"), ORIGIN, (b"cookie", b"sessionid=forged-session-key")]
     )
-    accepted, code = await comm.connect(timeout=30)
-    assert not accepted and code == 4401
+    assert (await comm.connect(timeout=30))[0]  # only to be told, then closed
+    assert (await comm.receive_json_from(timeout=30))["code"] == "signed_out"
+    assert await comm.receive_output(timeout=30) == {"type": "websocket.close", "code": 4401}
 
 
 # --- (11) an open socket follows its user's access as it changes ------------------------

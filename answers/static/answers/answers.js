@@ -80,9 +80,13 @@
       });
       socket.addEventListener("close", function (event) {
         if (event.code === 4401) {
+          // Signed out (in another tab, or the session expired): log in again and come
+          // back here. What the user typed and has not sent goes with them (onSignedOut).
+          if (handlers.onSignedOut) handlers.onSignedOut();
           window.location.href = "/accounts/login/?next=" + encodeURIComponent(window.location.pathname);
           return;
         }
+        if (event.code === 4403) return; // may not ask: its error said so; trying again won't help
         handlers.onLost();
         retry = window.setTimeout(connect, delay);
         delay = Math.min(delay * 2, 10000);
@@ -306,6 +310,9 @@
   }
 
   var INFLIGHT_KEY = "cited-answers:inflight";
+  // A question typed (or asked and never begun) when the session ended, kept in this tab
+  // across the login page and put back in the box.
+  var DRAFT_KEY = "cited-answers:draft";
   var ZERO_UUID = "00000000-0000-0000-0000-000000000000";
 
   function remember(value) {
@@ -325,6 +332,24 @@
     }
   }
 
+  function keepDraft(text) {
+    try {
+      if (text.trim()) window.sessionStorage.setItem(DRAFT_KEY, text);
+    } catch (e) {
+      /* storage may be disabled */
+    }
+  }
+
+  function takeDraft() {
+    try {
+      var text = window.sessionStorage.getItem(DRAFT_KEY) || "";
+      window.sessionStorage.removeItem(DRAFT_KEY);
+      return text;
+    } catch (e) {
+      return "";
+    }
+  }
+
   function setupAsk(root) {
     var form = root.querySelector("[data-ask-form]");
     var textarea = form.querySelector("textarea");
@@ -338,6 +363,7 @@
     var current = null;
     var pending = null;
     var stopWanted = false;
+    var unbegun = ""; // the question a "signed_out" refused
 
     function setBusy(busy) {
       askButton.disabled = busy;
@@ -401,7 +427,17 @@
           : "Reconnecting… your question is sent when the connection is back.";
         reconnecting = true;
       },
+      onSignedOut: function () {
+        // A question never sent, or refused before it began, is not in the store.
+        var draft = textarea.value;
+        if (!draft.trim() && pending && pending.type === "ask") draft = pending.question;
+        if (!draft.trim() && unbegun) draft = unbegun;
+        keepDraft(draft);
+      },
       onMessage: function (message) {
+        if (message.type === "error" && message.code === "signed_out" && current && !current.answerId) {
+          unbegun = current.turn.querySelector(".turn-question").textContent;
+        }
         if (message.type === "error" && !current) {
           status.textContent = message.message;
           return;
@@ -516,6 +552,13 @@
         turn.querySelector("[data-retry]").hidden = false;
       }
     });
+
+    // Back from logging in again: what was typed (or refused) before is in the box.
+    var draft = takeDraft();
+    if (draft && !textarea.value) {
+      textarea.value = draft;
+      showQuestionHint();
+    }
 
     // A conversation whose last answer is still being written: follow it from the start.
     var last = turns.lastElementChild;
