@@ -292,3 +292,52 @@ def test_a_server_told_to_stop_while_the_database_is_away_stores_its_answers_onc
     answer = Answer.objects.get()
     assert answer.status == Answer.Status.COMPLETE, log
     assert seen and _words(seen) == _words(answer.final_text)
+
+
+def test_the_page_following_an_answer_waits_out_the_database_and_goes_on(
+    browser, server, outage, asker
+) -> None:  # type: ignore[no-untyped-def]
+    from playwright.sync_api import expect
+
+    from tests.browser import RECORD_SOCKETS, log_in, new_page, start_asking, unexpected_errors
+
+    page = new_page(browser, server.url, init_script=RECORD_SOCKETS)
+    try:
+        log_in(page, "asker", "pw-asker")
+        turn = start_asking(page, QUESTION)
+        answer = turn.locator("[data-answer]")
+        shown = answer.text_content() or ""
+        outage.begin()
+        page.evaluate("window.__sockets.at(-1).close()")  # dropped: it reconnects to 4503
+        # Refused (the next socket closed) and said in words, while the answer is still
+        # followed: not ended as failed, nothing to ask again.
+        page.wait_for_function(
+            """() => window.__sockets.length >= 2 && window.__sockets[1].readyState === 3
+                && /unavailable.*the answer goes on/.test(
+                    document.querySelector("[data-ask-status]").textContent)"""
+        )
+        expect(answer).to_have_attribute("data-answer-state", "streaming")
+        expect(turn.locator("[data-retry]")).to_be_hidden()
+        outage.end()
+        # The rest of the same answer: done, or (when it ended during the outage) all of
+        # its text with the notice that it is saved once the database is back.
+        expect(answer).to_have_attribute(
+            "data-answer-state", re.compile("done|error"), timeout=60_000
+        )
+        text = answer.text_content() or ""
+        assert text.startswith(shown[:40]) and len(text) > len(shown)
+        if answer.get_attribute("data-answer-state") == "error":
+            expect(turn.locator(".error")).to_contain_text("It will be saved as you saw it")
+        else:
+            expect(turn.locator(".error")).to_have_count(0)
+        expect(turn.locator("[data-retry]")).to_be_hidden()  # asking again would be a duplicate
+        expect(page.locator("[data-ask-status]")).to_have_text("")
+        print("ended as", answer.get_attribute("data-answer-state"))
+        assert Answer.objects.count() == 1
+        # The browser's own report of a handshake the server dropped meanwhile (the page
+        # tried again) is not the page's error.
+        assert [
+            m for m in unexpected_errors(page) if "Error during WebSocket handshake" not in m
+        ] == []
+    finally:
+        page.context.close()

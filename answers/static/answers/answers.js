@@ -57,6 +57,7 @@
   function answerSocket(handlers) {
     var socket = null;
     var delay = 1000;
+    var backoff = 1000; // the next wait, had the last open failed
     var retry = null;
     var self = {
       send: function (message) {
@@ -66,12 +67,19 @@
         }
         return false;
       },
+      // Accepted only to hear "unavailable" (the database or the channel layer is away):
+      // try again later, backing off as for a connection that failed, not every second.
+      refused: function () {
+        delay = backoff;
+        if (socket && socket.readyState <= WebSocket.OPEN) socket.close();
+      },
     };
     function connect() {
       retry = null;
       var scheme = window.location.protocol === "https:" ? "wss://" : "ws://";
       socket = new WebSocket(scheme + window.location.host + "/ws/answers/");
       socket.addEventListener("open", function () {
+        backoff = delay;
         delay = 1000;
         handlers.onOpen();
       });
@@ -102,6 +110,14 @@
     });
     connect();
     return self;
+  }
+
+  var UNAVAILABLE = "The service is unavailable right now.";
+
+  // A refusal to follow, for now: the database or the channel layer cannot be reached
+  // (a socket opened then is closed 4503). An answer's own last word has a seq.
+  function isUnavailable(message) {
+    return message.type === "error" && message.code === "unavailable" && typeof message.seq !== "number";
   }
 
   var PHASES = {
@@ -159,7 +175,9 @@
             view.finish("done", null, OUTCOMES[message.status]);
             return true;
           case "error":
-            view.finish("error", message.message, null);
+            // "unavailable" as the stream's last word: the answer is written and is
+            // stored once the database is back; asking again would only repeat it.
+            view.finish("error", message.message, null, message.code === "unavailable");
             return true;
         }
         return false;
@@ -176,7 +194,7 @@
       },
       // An ended stream: an error shows its message; a stored answer that did not
       // complete says how it ended. Either can be asked again.
-      finish: function (state, message, outcome) {
+      finish: function (state, message, outcome, kept) {
         view.answer.dataset.answerState = state;
         view.answer.setAttribute("aria-busy", "false");
         progress.hidden = true;
@@ -199,7 +217,7 @@
         actions.hidden = false;
         actions.querySelector("[data-copy-answer]").hidden = state !== "done";
         var retry = actions.querySelector("[data-retry]");
-        retry.hidden = !(message || outcome) || !root.hasAttribute("data-ask");
+        retry.hidden = !(message || outcome) || kept || !root.hasAttribute("data-ask");
       },
     };
     return view;
@@ -402,10 +420,12 @@
     // Only the socket's own "Reconnecting…" is cleared when it opens: a slow first
     // connection must not wipe what the form said meanwhile ("Type a question first.").
     var reconnecting = false;
+    var away = false; // the last socket was refused "unavailable"
     var socket = answerSocket({
       onOpen: function () {
         if (reconnecting) status.textContent = "";
         reconnecting = false;
+        away = false;
         if (current && current.answerId && !pending) {
           // Back after a drop (maybe on another server): the rest of the same answer.
           pending = { type: "resume", answer_id: Number(current.answerId), after: current.seq };
@@ -422,9 +442,10 @@
           current.finish("error", "The connection was lost. Please ask again.");
           ended();
         }
-        status.textContent = !current ? "Reconnecting…"
-          : current.answerId ? "Reconnecting… the answer goes on."
-          : "Reconnecting… your question is sent when the connection is back.";
+        var again = away ? UNAVAILABLE + " Trying again…" : "Reconnecting…";
+        status.textContent = !current ? again
+          : current.answerId ? again + " the answer goes on."
+          : again + " your question is sent when the connection is back.";
         reconnecting = true;
       },
       onSignedOut: function () {
@@ -437,6 +458,14 @@
       onMessage: function (message) {
         if (message.type === "error" && message.code === "signed_out" && current && !current.answerId) {
           unbegun = current.turn.querySelector(".turn-question").textContent;
+        }
+        if (isUnavailable(message) && (!current || current.answerId)) {
+          // Not the answer's end (that one has a seq): it is being written, or stored,
+          // without the database; follow it again once the server can tell.
+          away = true;
+          status.textContent = message.message;
+          socket.refused();
+          return;
         }
         if (message.type === "error" && !current) {
           status.textContent = message.message;
@@ -591,10 +620,15 @@
         socket.send({ type: "resume", answer_id: Number(view.answerId), after: view.seq });
       },
       onLost: function () {
-        if (!done) status.textContent = "Reconnecting…";
+        if (!done && !/Trying again/.test(status.textContent)) status.textContent = "Reconnecting…";
       },
       onMessage: function (message) {
         if (done) return;
+        if (isUnavailable(message)) {
+          status.textContent = message.message + " Trying again…";
+          socket.refused();
+          return;
+        }
         if (message.type === "error" && typeof message.seq !== "number" && message.code) {
           view.finish("error", message.message);
           done = true;
