@@ -200,6 +200,9 @@ def test_stop_pressed_while_the_connection_is_down_stops_the_answer(slow_page: P
     server_down(slow_page)
     expect(slow_page.locator("[data-ask-status]")).to_have_text("Reconnecting… the answer goes on.")
     slow_page.get_by_role("button", name="Stop").click()
+    expect(slow_page.locator("[data-ask-status]")).to_have_text(
+        "Reconnecting… the answer is stopped when the connection is back."
+    )
     server_up(slow_page)
     expect(turn.locator("[data-turn-outcome]")).to_have_text("Stopped before it finished.")
     (answer,) = Answer.objects.all()
@@ -236,6 +239,31 @@ def test_signed_out_elsewhere_the_page_asks_to_log_in_and_loses_nothing(
     expect(slow_page.locator("#question")).to_have_value(draft)
     (answer,) = Answer.objects.all()
     assert answer.status == "complete"
+    assert unexpected_errors(slow_page) == []
+
+
+def test_stop_before_a_waiting_question_was_sent_keeps_it_unsent(slow_page: Page, asker) -> None:  # type: ignore[no-untyped-def]
+    from answers.models import Question
+
+    log_in(slow_page, "asker", "pw-asker")
+    status = slow_page.locator("[data-ask-status]")
+    box = slow_page.get_by_label("Your question")
+    turns = slow_page.locator("[data-turns] [data-turn]")
+    server_down(slow_page)
+    box.fill(QUESTION)
+    slow_page.get_by_role("button", name="Ask", exact=True).click()
+    expect(status).to_contain_text("your question is sent when the connection is back")
+    slow_page.get_by_role("button", name="Stop").click()
+    # Nothing was sent, so nothing is stopped on the server: the question is back in the
+    # box to edit or ask later, and the form is free.
+    expect(turns).to_have_count(0)
+    expect(box).to_have_value(QUESTION)
+    expect(status).to_contain_text("Not sent")
+    expect(slow_page.get_by_role("button", name="Ask", exact=True)).to_be_enabled()
+    server_up(slow_page)
+    slow_page.evaluate(WATCH_STREAMING)
+    ask(slow_page, FOLLOW_UP)  # the next question, and only it, is asked
+    assert list(Question.objects.values_list("text", flat=True)) == [FOLLOW_UP]
     assert unexpected_errors(slow_page) == []
 
 

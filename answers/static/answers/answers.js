@@ -444,6 +444,7 @@
         }
         var again = away ? UNAVAILABLE + " Trying again…" : "Reconnecting…";
         status.textContent = !current ? again
+          : stopWanted ? again + " the answer is stopped when the connection is back."
           : current.answerId ? again + " the answer goes on."
           : again + " your question is sent when the connection is back.";
         reconnecting = true;
@@ -562,8 +563,25 @@
       }
     });
     stopButton.addEventListener("click", function () {
+      if (!current) return;
+      if (pending && pending.type === "ask") {
+        // Never sent: there is nothing to stop on the server, and asking it only to stop
+        // it would store an answer nobody wanted. The question goes back in the box.
+        var question = pending.question;
+        pending = null;
+        current.turn.remove();
+        ended();
+        if (!textarea.value.trim()) textarea.value = question;
+        showQuestionHint();
+        status.textContent = "Not sent: your question is back in the box.";
+        return;
+      }
       // While the socket is down, the Stop waits for it (see onOpen), not lost.
-      if (current && !socket.send({ type: "stop" })) stopWanted = true;
+      if (!socket.send({ type: "stop" })) {
+        stopWanted = true;
+        status.textContent = (away ? UNAVAILABLE + " Trying again…" : "Reconnecting…") +
+          " the answer is stopped when the connection is back.";
+      }
     });
     newLink.addEventListener("click", function () {
       remember(null); // a fresh page, not the answer being written
