@@ -267,6 +267,24 @@ def test_stop_before_a_waiting_question_was_sent_keeps_it_unsent(slow_page: Page
     assert unexpected_errors(slow_page) == []
 
 
+def test_feedback_after_logging_in_again_in_another_tab_is_saved(page: Page, asker) -> None:  # type: ignore[no-untyped-def]
+    from answers.models import Feedback
+
+    done = ask_off_loop(user=asker, question=QUESTION)
+    log_in(page, "asker", "pw-asker")
+    page.goto(f"/answers/{done.answer.answer_id}/")
+    other = page.context.new_page()
+    other.goto("/")
+    other.get_by_role("button", name="Log out").click()
+    log_in(other, "asker", "pw-asker")  # a new session, and a new CSRF token
+    other.close()
+    page.get_by_label("Comment (optional)").fill("Clear, thanks")
+    page.get_by_role("button", name="Helpful", exact=True).click()
+    expect(page.locator(".feedback-status")).to_have_text("Thanks for your feedback.")
+    (feedback,) = Feedback.objects.all()
+    assert (feedback.rating, feedback.comment) == ("up", "Clear, thanks")
+
+
 def test_back_and_reload_show_the_whole_conversation(slow_page: Page, asker) -> None:  # type: ignore[no-untyped-def]
     from answers.models import Answer
 

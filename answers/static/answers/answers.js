@@ -4,7 +4,11 @@
 (function () {
   "use strict";
 
+  // The cookie's token, read at each request: logging in again (in another tab) rotates
+  // it, and the one rendered into a page left open would be refused.
   function csrfToken(root) {
+    var cookie = document.cookie.split("; ").find(function (part) { return part.indexOf("csrftoken=") === 0; });
+    if (cookie) return decodeURIComponent(cookie.slice("csrftoken=".length));
     var input = root.querySelector("input[name=csrfmiddlewaretoken]");
     return input ? input.value : "";
   }
@@ -38,7 +42,9 @@
         body: JSON.stringify(comment.trim() ? { rating: rating, comment: comment } : { rating: rating }),
       })
         .then(function (response) {
-          status.textContent = response.ok ? "Thanks for your feedback." : "Feedback could not be saved.";
+          status.textContent = response.ok ? "Thanks for your feedback."
+            : response.status === 401 ? "Feedback could not be saved: your session has ended. Log in again (in another tab) and send it again."
+            : "Feedback could not be saved.";
         })
         .catch(function () {
           status.textContent = "Feedback could not be saved.";
