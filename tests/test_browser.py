@@ -239,6 +239,20 @@ def test_signed_out_elsewhere_the_page_asks_to_log_in_and_loses_nothing(
     expect(slow_page.locator("#question")).to_have_value(draft)
     (answer,) = Answer.objects.all()
     assert answer.status == "complete"
+    # Signed out again, on an open socket this time: asking the draft is refused, and it
+    # comes back in the box after logging in.
+    other = slow_page.context.new_page()
+    other.goto("/")
+    other.get_by_role("button", name="Log out").click()
+    other.close()
+    slow_page.get_by_role("button", name="Ask", exact=True).click()
+    expect(slow_page).to_have_url(re.compile(r"/accounts/login/\?next=%2Fconversations%2F"))
+    slow_page.get_by_label("Username").fill("asker")
+    slow_page.get_by_label("Password").fill("pw-asker")
+    slow_page.get_by_role("button", name="Log in").click()
+    expect(slow_page.locator("[data-ask][data-ready]")).to_have_count(1)
+    expect(slow_page.locator("#question")).to_have_value(draft)
+    assert Answer.objects.count() == 1
     assert unexpected_errors(slow_page) == []
 
 
