@@ -256,6 +256,29 @@ def test_signed_out_elsewhere_the_page_asks_to_log_in_and_loses_nothing(
     assert unexpected_errors(slow_page) == []
 
 
+def test_signed_out_elsewhere_a_reader_stays_until_they_ask(slow_page: Page, asker) -> None:  # type: ignore[no-untyped-def]
+    log_in(slow_page, "asker", "pw-asker")
+    other = slow_page.context.new_page()
+    other.goto("/")
+    other.get_by_role("button", name="Log out").click()
+    other.close()
+    slow_page.evaluate("window.__sockets.at(-1).close()")  # dropped, as by a proxy's timeout
+    status = slow_page.locator("[data-ask-status]")
+    # Nothing under way: said, with a way to log in, and the page stays.
+    expect(status).to_have_text("Your session has ended. Log in again")
+    expect(status.get_by_role("link", name="Log in again")).to_be_visible()
+    assert slow_page.url.endswith("/")
+    slow_page.get_by_label("Your question").fill(QUESTION)
+    slow_page.get_by_role("button", name="Ask", exact=True).click()
+    expect(slow_page).to_have_url(re.compile(r"/accounts/login/\?next="))
+    slow_page.get_by_label("Username").fill("asker")
+    slow_page.get_by_label("Password").fill("pw-asker")
+    slow_page.get_by_role("button", name="Log in").click()
+    expect(slow_page.locator("[data-ask][data-ready]")).to_have_count(1)
+    expect(slow_page.get_by_label("Your question")).to_have_value(QUESTION)
+    assert unexpected_errors(slow_page) == []
+
+
 def test_stop_before_a_waiting_question_was_sent_keeps_it_unsent(slow_page: Page, asker) -> None:  # type: ignore[no-untyped-def]
     from answers.models import Question
 

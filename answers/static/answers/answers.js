@@ -94,10 +94,10 @@
       });
       socket.addEventListener("close", function (event) {
         if (event.code === 4401) {
-          // Signed out (in another tab, or the session expired): log in again and come
-          // back here. What the user typed and has not sent goes with them (onSignedOut).
-          if (handlers.onSignedOut) handlers.onSignedOut();
-          window.location.href = "/accounts/login/?next=" + encodeURIComponent(window.location.pathname);
+          // Signed out (in another tab, or the session expired): no use trying again.
+          // The page decides whether to go and log in now (onSignedOut returns true when
+          // it follows or sends something) or to say so and let the reader read on.
+          if (!handlers.onSignedOut || handlers.onSignedOut()) toLogin();
           return;
         }
         if (event.code === 4403) return; // may not ask: its error said so; trying again won't help
@@ -119,6 +119,25 @@
   }
 
   var UNAVAILABLE = "The service is unavailable right now.";
+
+  // To the login page, and back here after it.
+  function loginUrl() {
+    return "/accounts/login/?next=" + encodeURIComponent(window.location.pathname);
+  }
+
+  function toLogin() {
+    window.location.href = loginUrl();
+  }
+
+  // "Your session has ended. Log in again", in a status line: ``before`` runs on the click.
+  function sayLogInAgain(status, before) {
+    status.textContent = "Your session has ended. ";
+    var link = document.createElement("a");
+    link.href = loginUrl();
+    link.textContent = "Log in again";
+    if (before) link.addEventListener("click", before);
+    status.appendChild(link);
+  }
 
   // A refusal to follow, for now: the database or the channel layer cannot be reached
   // (a socket opened then is closed 4503). An answer's own last word has a seq.
@@ -388,6 +407,7 @@
     var pending = null;
     var stopWanted = false;
     var unbegun = ""; // the question a "signed_out" refused
+    var signedOut = false; // the socket was closed 4401 with nothing under way
 
     function setBusy(busy) {
       askButton.disabled = busy;
@@ -461,10 +481,19 @@
         if (!draft.trim() && pending && pending.type === "ask") draft = pending.question;
         if (!draft.trim() && unbegun) draft = unbegun;
         keepDraft(draft);
+        if (current || pending) return true; // an answer or a question needs it now
+        // Nothing under way: the reader is not taken from the page; the next question,
+        // or the link, goes to log in, with what is in the box.
+        signedOut = true;
+        sayLogInAgain(status, function () { keepDraft(textarea.value); });
+        return false;
       },
       onMessage: function (message) {
-        if (message.type === "error" && message.code === "signed_out" && current && !current.answerId) {
-          unbegun = current.turn.querySelector(".turn-question").textContent;
+        if (message.type === "error" && message.code === "signed_out") {
+          // Not the answer's end: the socket closes 4401 next, and onSignedOut decides.
+          if (current && !current.answerId) unbegun = current.turn.querySelector(".turn-question").textContent;
+          if (!current) status.textContent = message.message;
+          return;
         }
         if (isUnavailable(message) && (!current || current.answerId)) {
           // Not the answer's end (that one has a seq): it is being written, or stored,
@@ -541,6 +570,11 @@
       }
       if (showQuestionHint()) {
         textarea.focus();
+        return;
+      }
+      if (signedOut) {
+        keepDraft(textarea.value);
+        toLogin();
         return;
       }
       current = newTurn(question);
@@ -638,6 +672,11 @@
     var done = false;
     view.streaming();
     var socket = answerSocket({
+      onSignedOut: function () {
+        if (!done) return true; // to follow the rest, log in again
+        sayLogInAgain(status);
+        return false;
+      },
       onOpen: function () {
         if (done) return;
         status.textContent = "Being written…";
@@ -653,6 +692,7 @@
           socket.refused();
           return;
         }
+        if (message.type === "error" && message.code === "signed_out") return; // 4401 next
         if (message.type === "error" && typeof message.seq !== "number" && message.code) {
           view.finish("error", message.message);
           done = true;
