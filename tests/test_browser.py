@@ -391,6 +391,7 @@ def test_a_second_tab_watches_an_answer_being_written(slow_page: Page, asker) ->
         watched.locator("[data-answer]").inner_html() == turn.locator("[data-answer]").inner_html()
     )
     expect(watched.locator("[data-feedback]")).to_be_visible()
+    expect(second.locator("[data-watch-status]")).to_have_text("Status: Complete")
     assert second.errors.messages == []  # type: ignore[attr-defined]
 
 

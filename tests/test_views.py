@@ -161,3 +161,11 @@ def test_a_conversation_rechecks_each_answers_sources_for_the_viewer(client, mem
     html = client.get(f"/conversations/{done.answer.conversation_id}/").content.decode()
     assert restricted[0].title not in html and "Launch plan" not in html
     assert "withheld" in html
+
+
+def test_an_answer_page_says_how_it_ended_in_words_not_a_code(client, asker):
+    done = ask(user=asker, question="What is the parking policy for visitors?")
+    assert done.answer.status == "no_answer"
+    client.force_login(asker)
+    soup = BeautifulSoup(client.get(f"/answers/{done.answer.answer_id}/").content, "html.parser")
+    assert soup.select_one("[data-watch-status]").get_text() == "Status: No answer"

@@ -3,6 +3,7 @@ from __future__ import annotations
 from django import template
 from django.utils.safestring import SafeString, mark_safe
 
+from ..models import Answer
 from ..presenters import excerpt_view, location_of
 from ..rendering import render_passage_html, safe_url
 
@@ -25,6 +26,15 @@ def passage_html(text: str) -> SafeString:
 def excerpt_html(excerpt: str) -> SafeString:
     """A source's excerpt as sanitized HTML, as ``passage_html`` renders it (cached)."""
     return mark_safe(excerpt_view(excerpt).html)  # noqa: S308 (nh3 has sanitized it)
+
+
+@register.filter
+def status_label(status: str) -> str:
+    """An answer's status in words ("No answer"), not its stored code ("no_answer")."""
+    try:
+        return str(Answer.Status(status).label)
+    except ValueError:
+        return status
 
 
 @register.filter

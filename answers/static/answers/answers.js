@@ -149,6 +149,13 @@
     searching: "Searching your documents…",
     writing: "Writing the answer…",
   };
+  // As answers.models.Answer.Status labels them (the answer page's status line).
+  var STATUS_LABELS = {
+    complete: "Complete",
+    no_answer: "No answer",
+    failed: "Failed",
+    interrupted: "Interrupted",
+  };
   var OUTCOMES = {
     interrupted: "Stopped before it finished.",
     failed: "This answer failed.",
@@ -700,7 +707,7 @@
         }
         if (view.apply(message)) {
           done = true;
-          status.textContent = message.type === "done" ? "Status: " + message.status : "";
+          status.textContent = message.type === "done" ? "Status: " + (STATUS_LABELS[message.status] || message.status) : "";
         }
       },
     });
