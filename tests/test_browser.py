@@ -322,6 +322,24 @@ def test_feedback_after_logging_in_again_in_another_tab_is_saved(page: Page, ask
     assert (feedback.rating, feedback.comment) == ("up", "Clear, thanks")
 
 
+def test_a_reload_before_the_answer_began_puts_the_question_back(slow_page: Page, asker) -> None:  # type: ignore[no-untyped-def]
+    from answers.models import Question
+
+    log_in(slow_page, "asker", "pw-asker")
+    status = slow_page.locator("[data-ask-status]")
+    server_down(slow_page)
+    slow_page.get_by_label("Your question").fill(QUESTION)
+    slow_page.get_by_role("button", name="Ask", exact=True).click()
+    expect(status).to_contain_text("your question is sent when the connection is back")
+    slow_page.reload()  # never sent: nothing of it is on the server
+    expect(slow_page.locator("[data-ask][data-ready]")).to_have_count(1)
+    expect(slow_page.get_by_label("Your question")).to_have_value(QUESTION)
+    expect(status).to_contain_text("back in the box")
+    expect(slow_page.locator("[data-turns] [data-turn]")).to_have_count(0)
+    assert Question.objects.count() == 0
+    assert unexpected_errors(slow_page) == []
+
+
 def test_back_and_reload_show_the_whole_conversation(slow_page: Page, asker) -> None:  # type: ignore[no-untyped-def]
     from answers.models import Answer
 

@@ -488,6 +488,7 @@
         if (!draft.trim() && pending && pending.type === "ask") draft = pending.question;
         if (!draft.trim() && unbegun) draft = unbegun;
         keepDraft(draft);
+        if (current && !current.answerId) remember(null); // the draft has it
         if (current || pending) return true; // an answer or a question needs it now
         // Nothing under way: the reader is not taken from the page; the next question,
         // or the link, goes to log in, with what is in the box.
@@ -587,6 +588,9 @@
       current = newTurn(question);
       setBusy(true);
       textarea.value = "";
+      // Until its answer begins, a reload would lose it: it has no answer to follow yet
+      // (and a socket that goes with the page takes an ask not yet begun with it).
+      remember({ answerId: null, question: question, conversationId: conversationId });
       var message = { type: "ask", question: question, conversation_id: conversationId };
       if (!socket.send(message)) pending = message;
     });
@@ -669,6 +673,16 @@
       current.answerId = String(inflight.answerId);
       setBusy(true);
       pending = { type: "resume", answer_id: Number(inflight.answerId), after: 0 };
+    } else if (inflight && !inflight.answerId && inflight.question &&
+               (inflight.conversationId || null) === (root.dataset.conversationId || null)) {
+      // Reloaded before its answer began: not asked (or refused as the page went), so
+      // the question is back in the box to ask again, not lost.
+      remember(null);
+      if (!textarea.value) {
+        textarea.value = inflight.question;
+        showQuestionHint();
+      }
+      status.textContent = "The page was left before your question was answered: it is back in the box.";
     }
   }
 
