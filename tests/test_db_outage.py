@@ -15,6 +15,7 @@ import json
 import re
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import httpx
@@ -85,9 +86,15 @@ class Outage:
 
 @pytest.fixture(scope="module")
 def _outage_role(django_db_setup) -> Iterator[tuple[Any, str]]:  # type: ignore[no-untyped-def]
+    with _role("outage") as made:
+        yield made
+
+
+@contextmanager
+def _role(prefix: str) -> Iterator[tuple[Any, str]]:
     # One role per test database (each test worker has its own); a superuser, so that it
     # needs no grants on the tables the server reads and writes.
-    role = f"outage_{connection.settings_dict['NAME']}"[:63].replace('"', "")
+    role = f"{prefix}_{connection.settings_dict['NAME']}"[:63].replace('"', "")
     control = _control()
     control.execute(f'DROP ROLE IF EXISTS "{role}"')
     control.execute(f'CREATE ROLE "{role}" LOGIN SUPERUSER')
@@ -247,17 +254,28 @@ async def _ask_on_new_socket(server: LiveServer, cookie: str) -> list[dict]:
 
 
 def test_a_server_told_to_stop_while_the_database_is_away_stores_its_answers_once_back(
-    _outage_role, corpus, asker
+    django_db_setup, corpus, asker
 ) -> None:  # type: ignore[no-untyped-def]
     """SIGTERM while an answer's outcome waits for the database: the drain keeps trying for
     what is left of SHUTDOWN_GRACE instead of exiting with it unstored (it would then stay
     ``streaming`` until it counts as abandoned, and its text would be lost)."""
+    # A role of its own: the module's server (the outage role's) is not disturbed.
+    with _role("stopping") as (control, role):
+        seen, log = _stopped_during_an_outage(Outage(control, role), asker)
+    answer = Answer.objects.get()
+    assert answer.status == Answer.Status.COMPLETE, log
+    assert seen and _words(seen) == _words(answer.final_text)
+
+
+def _stopped_during_an_outage(outage: Outage, asker: Any) -> tuple[str, str]:
+    """Ask a server of ``outage``'s role, begin the outage while the answer is written,
+    SIGTERM the server, end the outage once it waits for the store; what the asker saw
+    and the server's log."""
     import signal
     import subprocess
 
-    outage = Outage(*_outage_role)
     env = {"ANSWERS_EXTRACTIVE_DELAY": "0.1", "ANSWERS_SHUTDOWN_GRACE": "90"}
-    database = {**connections["default"].settings_dict, "USER": _outage_role[1]}
+    database = {**connections["default"].settings_dict, "USER": outage.role}
     auth = bearer_headers(asker)
     try:
         with run_live_server(database, env=env) as server:
@@ -286,12 +304,9 @@ def test_a_server_told_to_stop_while_the_database_is_away_stores_its_answers_onc
                 server.process.wait(150)
             except subprocess.TimeoutExpired:
                 pytest.fail(f"daphne did not stop after SIGTERM:\n{server.log()}")
-            log = server.log()
+            return seen, server.log()
     finally:
         outage.end()
-    answer = Answer.objects.get()
-    assert answer.status == Answer.Status.COMPLETE, log
-    assert seen and _words(seen) == _words(answer.final_text)
 
 
 def test_the_page_following_an_answer_waits_out_the_database_and_goes_on(

@@ -163,7 +163,10 @@ def test_postgresql_connections_are_pooled_by_default(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     # A short wait for a connection (every request's while the database is away), and
     # each borrowed connection checked (a restarted database leaves dead ones behind).
-    assert done.stdout.split("\n")[0] == "{'min_size': 1, 'max_size': 10, 'timeout': 3} 0 True"
+    # And a failed connect given up after 5 s, so the next request retries at once.
+    assert done.stdout.split("\n")[0] == (
+        "{'min_size': 1, 'max_size': 10, 'timeout': 3, 'reconnect_timeout': 5} 0 True"
+    )
     sized = _postgres_settings(tmp_path, DATABASE_POOL_SIZE="25", DATABASE_POOL_TIMEOUT="12")
     assert "'max_size': 25" in sized.stdout
     assert "'timeout': 12" in sized.stdout
