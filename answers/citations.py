@@ -71,7 +71,6 @@ _SPACES_GO_BEFORE = frozenset(" \t\r\n.,;:!?")
 # one run of backticks, an autolink, an entity, a link or an image.
 _JOINS_LEFT = frozenset("<&")
 _JOINS_RIGHT = frozenset(">")
-_ENTITY_START = re.compile(r"&(?:#[xX]?)?[A-Za-z0-9]*\Z")
 _ENTITY_REST = frozenset("0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ#;")
 _JOINS = frozenset({("`", "`"), ("]", "("), ("!", "["), ("*", "*"), ("_", "_"), ("~", "~")})
 # An emphasis or strikethrough delimiter run (see ``_closing_run``).
@@ -651,12 +650,18 @@ def rewrite_markers(
     # The parser reads a lone carriage return as a line break: lines are judged as it
     # sees them (same length, same offsets), but the text is copied as written.
     written_text, text = text, _LONE_CR.sub("\n", text) if "\r" in text else text
+    in_destination = _Destinations(text)
+    # Markers whose spaces keep a "(...)" from being a link destination (asked in order).
+    spaced = [False] * len(marker_list)
     for index, marker in enumerate(marker_list):
+        decision = decisions[index]
         if (
-            decisions[index] == ""
+            decision is not None
+            and (decision == "" or not _HAS_SPACE.search(decision))
             and _HAS_SPACE.search(text, marker.start, marker.end)
-            and _may_be_in_destination(text, marker.start)
         ):
+            spaced[index] = in_destination(marker.start)
+        if decision == "" and spaced[index]:
             # "[x](a[ 2 ]b)" is no link because of the space; "[x](ab)" would be one. A
             # space stays, between characters that are neither a title nor a ")".
             decisions[index] = _NO_DESTINATION
@@ -670,12 +675,13 @@ def rewrite_markers(
     pieces: list[str] = []
     written = ""  # the last character of the output so far (kept, not searched for)
     position = 0
+    lines = _Lines(text)
     for index, (marker, replacement) in enumerate(zip(marker_list, decisions, strict=True)):
         if replacement is None or marker.start < position:
             continue
         between = text[position : marker.start]
         if replacement == "":
-            line_start = text.rfind("\n", 0, marker.start) + 1
+            line_start = lines.start_of(marker.start)
             fate = emptied.pop(line_start, None)
             if isinstance(fate, int):  # the whole line goes, with its line break
                 pieces.append(written_text[position:line_start])
@@ -688,17 +694,13 @@ def rewrite_markers(
                 between, replacement = _drop(
                     text,
                     marker,
-                    line_start,
                     between,
-                    following=text[run_ends[index] : run_ends[index] + 1],
+                    structure_end=lines.structure_end(line_start),
+                    line_start=line_start,
                     written=written,
-                    rest=text[run_ends[index] : _line_bounds(text, run_ends[index])[1]],
+                    run_end=run_ends[index],
                 )
-        elif (
-            _HAS_SPACE.search(text, marker.start, marker.end)
-            and not _HAS_SPACE.search(replacement)
-            and _may_be_in_destination(text, marker.start)
-        ):
+        elif spaced[index] and not _HAS_SPACE.search(replacement):
             # "[x]([ 2 ])" is no link because of the space; "[x]([1])" would be one.
             replacement = replacement[0] + " " + replacement[1:-1] + " " + replacement[-1]
         pieces.append(written_text[position : position + len(between)])
@@ -714,67 +716,128 @@ _NO_DESTINATION = ZERO_WIDTH_SPACE + " " + ZERO_WIDTH_SPACE
 _LONE_CR = re.compile(r"\r(?!\n)")
 
 
-def _may_be_in_destination(text: str, start: int) -> bool:
-    """Whether ``start`` may lie in a link destination: a run without whitespace leads
-    back to ``](``, or, from its start, blanks with at most one line break do. Each step
-    looks only at the run just before ``start``, so the calls for all markers stay linear."""
-    position = start
-    depth = 0  # a destination's parentheses balance: "(x)" before the marker is closed
-    # A destination ends only at a space or a control character (the parser's rule):
-    # "\xa0" or "\u2028" may sit inside one, though str.isspace() says otherwise.
-    while position > 0 and text[position - 1] > " " and text[position - 1] != "\x7f":
-        char = text[position - 1]
-        if char == ")":
-            depth += 1
-        elif char == "(":
-            if depth == 0 and text[position - 2 : position - 1] == "]":
-                return True
-            depth = max(depth - 1, 0)  # "a(b" may sit inside a destination: walk on
-        position -= 1
-    # The run (or the marker, right after whitespace) may start the destination:
-    # "[x](\na[ 1 ])" is no link, but "[x](\na[1])" would be one.
-    newlines = 0
-    while position > 0 and text[position - 1] in " \t\r\n":  # "\r\n" counts once
-        newlines += text[position - 1] == "\n"
-        position -= 1
-    return newlines <= 1 and text[position - 2 : position] == "]("
+class _Destinations:
+    """Whether a position may lie in a link destination: a run without whitespace leads
+    back to ``](``, or, from its start, blanks with at most one line break do.
+
+    Positions are asked in increasing order, and the text is read once in all: a CJK
+    answer's markers ("[\u30009\u3000]") hold no whitespace a destination ends at, so
+    looking back from each marker read its whole line again (quadratic)."""
+
+    # Up to and including the last character a destination ends at (the parser's rule:
+    # a space or a control character; "\xa0" or "\u2028" may sit inside one).
+    _THROUGH_LAST_BREAK = re.compile(r"(?:[^\x00-\x20\x7f]*+[\x00-\x20\x7f])*+")
+    _PARENTHESES = re.compile(r"[()]")
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.read = 0  # the text before this is read
+        self.run_start = 0  # where the run of non-whitespace being read began
+        # The run's parentheses not yet closed, each true if it follows "]" (a destination
+        # opens there); a destination's parentheses balance, so "(x)" before is closed.
+        self.open: list[bool] = []
+        self.open_links = 0
+        self.blanks: tuple[int, bool] = (-1, False)  # the run start last looked behind
+
+    def __call__(self, start: int) -> bool:
+        text = self.text
+        if start < self.read:
+            raise ValueError("positions must be asked in increasing order")
+        through = self._THROUGH_LAST_BREAK.match(text, self.read, start)
+        run_start = through.end() if through else self.read  # (it always matches)
+        if run_start > self.read or self.read == 0:
+            self.run_start, self.open, self.open_links = run_start, [], 0
+        for paren in self._PARENTHESES.finditer(text, max(self.read, self.run_start), start):
+            at = paren.start()
+            if paren[0] == "(":
+                link = at > 0 and text[at - 1] == "]"
+                self.open.append(link)
+                self.open_links += link
+            elif self.open:
+                self.open_links -= self.open.pop()
+        self.read = start
+        if self.open_links:
+            return True
+        # The run (or the marker, right after whitespace) may start the destination:
+        # "[x](\na[ 1 ])" is no link, but "[x](\na[1])" would be one.
+        if self.blanks[0] != self.run_start:
+            position, newlines = self.run_start, 0
+            while position > 0 and text[position - 1] in " \t\r\n":  # "\r\n" counts once
+                newlines += text[position - 1] == "\n"
+                position -= 1
+            self.blanks = (
+                self.run_start,
+                newlines <= 1 and text[position - 2 : position] == "](",
+            )
+        return self.blanks[1]
+
+
+class _Lines:
+    """Line starts (and each line's leading structure) for positions asked in increasing
+    order, each found once: searching back from every marker read a long line once per
+    marker (quadratic)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.read = 0
+        self.current = 0
+        self.structure = (-1, -1)  # a line start, and where its leading structure ends
+
+    def start_of(self, position: int) -> int:
+        if position > self.read:
+            found = self.text.rfind("\n", self.read, position)
+            if found != -1:
+                self.current = found + 1
+            self.read = position
+        return self.current
+
+    def structure_end(self, line_start: int) -> int:
+        """Where ``_STRUCTURAL_ONLY`` stops reading the line from ``line_start``."""
+        if self.structure[0] != line_start:
+            self.structure = (line_start, _STRUCTURAL_ONLY.match(self.text, line_start).end())  # type: ignore[union-attr]
+        return self.structure[1]
 
 
 def _drop(
     text: str,
     marker: Marker,
-    line_start: int,
     between: str,
     *,
-    following: str,
+    structure_end: int,
+    line_start: int,
     written: str,
-    rest: str,
+    run_end: int,
 ) -> tuple[str, str]:
     """What replaces a dropped marker, and the text before it, on a line that keeps text.
 
-    ``following`` is the character after the run of dropped markers this one starts or
-    continues, ``rest`` the line from there on; ``written`` the last character of the
-    output before ``between``.
+    ``run_end`` is where the run of dropped markers this one starts or continues ends;
+    ``written`` the last character of the output before ``between``; ``structure_end``
+    where the line's leading structure (``_STRUCTURAL_ONLY``) ends. Everything is read
+    from positions, never a copy of the line: a line may hold thousands of markers.
     """
-    before = text[line_start : marker.start]
-    if _STRUCTURAL_ONLY.fullmatch(before) and rest.strip(" \t\r"):
+    following = text[run_end : run_end + 1]
+    if structure_end >= marker.start and _TEXT_FOLLOWS.match(text, run_end):
         # First text of its line: what follows could become a list item, a heading or a
         # fence ("[9]- x", "[9]```", and "[9] ```" too: up to three spaces may lead a
         # fence) if nothing took the marker's place.
         return between, ZERO_WIDTH_SPACE
-    kept = before.rstrip(" \t")
+    before_end = marker.start
+    kept_end = before_end
+    while kept_end > line_start and text[kept_end - 1] in " \t":
+        kept_end -= 1
     if (
-        (following == "" or following in _SPACES_GO_BEFORE or _closing_run(rest))
-        and not _STRUCTURAL_ONLY.fullmatch(kept)
+        (following == "" or following in _SPACES_GO_BEFORE or _closing_run(text, run_end))
+        and structure_end < kept_end
         # "a\\ [9]" + a line end would become a hard line break, "a\\ [9]." an escape.
-        and not kept.endswith("\\")
+        and text[kept_end - 1] != "\\"
     ):
-        before, between = kept, between[: len(between) - (len(before) - len(kept))]
+        between = between[: len(between) - (before_end - kept_end)]
+        before_end = kept_end
     left = between[-1:] or written
     joins = left in _JOINS_LEFT or following in _JOINS_RIGHT or (left, following) in _JOINS
     # "&#[9]91;" would become the entity "&#91;", shown as "[".
-    joins = joins or (following in _ENTITY_REST and _ENTITY_START.search(before) is not None)
-    if following == ")" and before.strip():
+    joins = joins or (following in _ENTITY_REST and _entity_before(text, line_start, before_end))
+    if following == ")" and _text_before(text, line_start, before_end):
         # "[x](a [9])" is no link, but "[x](a )" would be one: something must stay.
         return between, ZERO_WIDTH_SPACE
     if left == "|" and following in ("", "\n", "\r"):
@@ -787,15 +850,40 @@ def _drop(
     return between, ""
 
 
-def _closing_run(rest: str) -> bool:
-    """Whether ``rest`` starts with a delimiter run that may close emphasis as it stands
-    after a marker: followed by a space, punctuation or the line end (the parser's own
-    test). After a space it could close nothing: "*see [9]*" must become "*see*", not
-    "*see *", which shows its asterisks."""
-    run = _DELIMITER_RUN.match(rest)
+# Text (not only spaces) after a position, before the line ends.
+_TEXT_FOLLOWS = re.compile(r"[ \t\r]*+[^ \t\r\n]")
+_ASCII_ALPHANUMERIC = frozenset("0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+
+
+def _text_before(text: str, line_start: int, end: int) -> bool:
+    """Whether ``text[line_start:end]`` holds anything but whitespace (read back from
+    ``end`` over the whitespace only)."""
+    position = end
+    while position > line_start and text[position - 1].isspace():
+        position -= 1
+    return position > line_start
+
+
+def _entity_before(text: str, line_start: int, end: int) -> bool:
+    """Whether ``text[line_start:end]`` ends in the start of an entity (``&``, ``&#``,
+    ``&#x1``, ``&am``), read back from ``end`` only over the alphanumerics before it."""
+    position = end
+    while position > line_start and text[position - 1] in _ASCII_ALPHANUMERIC:
+        position -= 1
+    if position > line_start and text[position - 1] == "#":
+        position -= 1
+    return position > line_start and text[position - 1] == "&"
+
+
+def _closing_run(text: str, position: int) -> bool:
+    """Whether ``text`` at ``position`` starts a delimiter run that may close emphasis as
+    it stands after a marker: followed by a space, punctuation or the line end (the
+    parser's own test). After a space it could close nothing: "*see [9]*" must become
+    "*see*", not "*see *", which shows its asterisks."""
+    run = _DELIMITER_RUN.match(text, position)
     if run is None:
         return False
-    after = rest[run.end() : run.end() + 1]
+    after = text[run.end() : run.end() + 1]
     return not after or isWhiteSpace(ord(after)) or isMdAsciiPunct(ord(after)) or isPunctChar(after)
 
 
@@ -805,8 +893,9 @@ def _emptied_lines(
     """Lines whose remains, once their dropped markers go, are blank (mapped to where the
     removal ends) or only structure (mapped to the zero-width space)."""
     by_line: dict[int, list[Marker]] = {}
+    lines = _Lines(text)
     for marker, decision in zip(markers, decisions, strict=True):
-        line_start = text.rfind("\n", 0, marker.start) + 1
+        line_start = lines.start_of(marker.start)
         if decision == "":
             by_line.setdefault(line_start, []).append(marker)
     emptied: dict[int, int | str] = {}

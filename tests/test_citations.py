@@ -882,3 +882,58 @@ def test_code_links_footnotes_and_escapes_are_byte_identical(answer: Answer, cou
     # Only markers and the spaces before dropped ones change: the rest is the same text.
     prose = re.compile(r"[^\s\[\]0-9,\u200b]+")
     assert "".join(prose.findall(result.text)) == "".join(prose.findall(answer.text))
+
+
+# Ideographic spaces ("[\u30009\u3000]", as CJK answers write them) are no whitespace to a link
+# destination, so the look back for "](" ran over every earlier marker of the line; a
+# marker respelled without its spaces ("[\u30002\u3000]" -> "[1]", "[1,\u30009]" -> "[1]")
+# looked back the same way.
+@pytest.mark.parametrize(
+    ("unit", "count", "step"),
+    [
+        ("a[\u30009\u3000]", 1, "strip"),
+        ("a[1,\u30009]", 1, "strip"),
+        ("a[\u30002\u3000]", 2, "finalize"),
+        ("(a[\u30009\u3000])", 1, "strip"),
+    ],
+)
+def test_markers_with_spaces_cost_work_in_proportion_to_the_answer(
+    unit: str, count: int, step: str
+) -> None:
+    import answers.citations as citations
+    from tests.helpers import lines_executed
+
+    def work(repeats: int) -> int:
+        text = "[2] x " + unit * repeats
+        if step == "strip":
+            return lines_executed(citations, lambda: strip_out_of_range_markers(text, count))
+        return lines_executed(citations, lambda: finalize_citations(text, names(count)))
+
+    assert work(800) <= 5 * work(200)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        lambda n: "x" + "a [9]b" * n,  # each drop copied and searched the line so far
+        lambda n: "-" * (6 * n) + "[9]a" * n,  # ... and read its leading structure again
+        lambda n: "x" + "&a [9]b" * n,  # ... and looked for an entity in all of it
+    ],
+)
+def test_a_long_line_of_dropped_markers_costs_time_in_proportion_to_its_length(line) -> None:  # type: ignore[no-untyped-def]
+    """One line holding thousands of dropped markers: the work per marker was the length
+    of the line (copies, searches; C-level work that a count of executed lines cannot
+    see, so this one is timed, as the best of three)."""
+    import time
+
+    def seconds(repeats: int) -> float:
+        text = line(repeats)
+        best = float("inf")
+        for _ in range(3):
+            began = time.process_time()
+            strip_out_of_range_markers(text, 1)
+            best = min(best, time.process_time() - began)
+        return best
+
+    small, large = seconds(2500), seconds(20000)
+    assert large <= 16 * max(small, 1e-3)
