@@ -390,12 +390,15 @@ def _analyze(text: str, *, hazards: bool = False) -> _Analysis:
             # At-end hazards count while the block's text may run to the very end of the
             # text (container prefixes make an exact comparison unreliable: err on holding).
             at_text_end = normalized[-1:] not in ("", " ", "\t", "\n")
-            for offset in token_hazards:
-                if offset < 0:  # an at-end hazard
-                    if not at_text_end:
-                        continue
-                    offset = -offset - 1
-                source = _content_to_source(normalized, line_starts, token, offset, cell)
+            offsets = [
+                offset if offset >= 0 else -offset - 1  # an at-end hazard
+                for offset in token_hazards
+                if offset >= 0 or at_text_end
+            ]
+            if offsets:
+                # Only the first counts, and content offsets map to source positions in
+                # order: placing each of thousands of "[" read the block once per "[".
+                source = _content_to_source(normalized, line_starts, token, min(offsets), cell)
                 hazard = min(hazard, source)
     markers.sort(key=lambda marker: marker.start)
 

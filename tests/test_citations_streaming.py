@@ -231,3 +231,26 @@ def test_each_character_is_parsed_a_bounded_number_of_times(monkeypatch):
         parsed = _parsed_characters(deltas, 2, monkeypatch)
         bound = _INITIAL_PARSE_BUDGET + (_PARSE_BUDGET_PER_CHAR + 1) * len(raw)
         assert parsed <= bound, name
+
+
+def test_where_a_block_may_still_change_is_placed_once_per_block(monkeypatch):
+    """A paragraph of thousands of "[" (each may still open a link) had each of them placed
+    in the source, reading the block's text and its line once per "[": quadratic (a 128 KB
+    line took 8 s to read, 3.5 s of it the parse). Only the first one matters."""
+    import answers.citations as citations
+
+    read = 0
+    place = citations._content_to_source
+
+    def counting(text, line_starts, token, offset, cell):  # type: ignore[no-untyped-def]
+        nonlocal read
+        read += len(token.content)
+        return place(text, line_starts, token, offset, cell)
+
+    monkeypatch.setattr(citations, "_content_to_source", counting)
+    # Where the text may still change: the first "[" or the first unmatched backtick.
+    for unit, first in [("[", 0), ("[a ", 0), ("x [a", 2)]:
+        raw = unit * 2000
+        read = 0
+        assert citations._analyze(raw, hazards=True).hazard == first
+        assert read <= 2 * len(raw), unit
