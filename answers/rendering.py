@@ -29,7 +29,7 @@ from .citations import ENV_KEY, RenderCollector, markdown_parser, parse_markdown
 ALLOWED_TAGS = {
     "a", "p", "br", "hr", "em", "strong", "del", "code", "pre", "blockquote", "ul", "ol",
     "li", "h1", "h2", "h3", "h4", "h5", "h6", "table", "thead", "tbody", "tr", "th", "td",
-    "span", "sup",
+    "span", "sup", "s",
 }  # fmt: skip
 ALLOWED_ATTRIBUTES = {
     "a": {"href", "title", "class", "aria-label"},

@@ -11,6 +11,13 @@ def render(text: str, count: int = 3) -> str:
     return render_answer_html(text, anchor_prefix="answer-7-source", source_count=count)
 
 
+def test_struck_out_text_stays_struck_out_on_the_page():
+    # markdown-it writes strikethrough as <s>; the sanitizer dropped it, so a claim the
+    # model struck out read as asserted, with its citation.
+    soup = BeautifulSoup(render("It is ~~fast [1]~~ slow [2]."), "html.parser")
+    assert [tag.get_text() for tag in soup.find_all(["s", "del"])] == ["fast [1]"]
+
+
 def test_markers_become_links_to_sources_panel_entries():
     soup = BeautifulSoup(render("Lambdas are small [1]. See also [2, 3]."), "html.parser")
     hrefs = [a["href"] for a in soup.select("a.citation")]
