@@ -82,7 +82,8 @@ _STRUCTURAL_ONLY = re.compile(r"[ \t>*+\-=_#~`\d.)|:]*")
 # A line's structure and markers: what ``_STRUCTURAL_ONLY`` reads once markers are dropped.
 _STRUCTURE_AND_MARKERS = re.compile(rf"(?:[ \t>*+\-=_#~`\d.)|:]|{_MARKER.pattern})*")
 # A line that may underline the line above it (setext) or be a table's delimiter row.
-_UNDERLINE = re.compile(r"[ \t]*(?:=+|[-|: \t]*-[-|: \t]*)[ \t\r]*")
+# Possessive, so no run is tried at every split ("- - - ... x" was quadratic).
+_UNDERLINE = re.compile(r"[ \t]*+(?:=++|[|: \t]*+-[-|: \t]*+)[ \t\r]*+")
 ZERO_WIDTH_SPACE = "\u200b"
 ENV_KEY = "answers.citations"  # markdown-it env entry that carries a collector
 
@@ -1103,7 +1104,8 @@ _STALL_MIN = 64
 _PLAIN_DELTA = re.compile(r"[^\n\r`\[\]<\\|\uff3b\u3010]*")
 # A line start that no later character can turn into a fence, a table row or another
 # block whose text reads differently: optional container prefixes, then a letter.
-_SETTLED_LINE_START = re.compile(r"[ \t]*(?:(?:>|[-+*]|\d{1,9}[.)])[ \t]+)*>?[ \t]*[^\W\d_]")
+# Possessive: a line of spaces without a letter was tried at every split (quadratic).
+_SETTLED_LINE_START = re.compile(r"[ \t]*+(?:(?:>|[-+*]|\d{1,9}[.)])[ \t]++)*+>?[ \t]*+[^\W\d_]")
 _DELIMITER_ROW_PREFIX = re.compile(r"[ \t]*[|:\-][|:\- \t]*")
 
 

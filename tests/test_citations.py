@@ -937,3 +937,20 @@ def test_a_long_line_of_dropped_markers_costs_time_in_proportion_to_its_length(l
 
     small, large = seconds(2500), seconds(20000)
     assert large <= 16 * max(small, 1e-3)
+
+
+def test_a_long_line_after_a_dropped_line_costs_time_in_proportion_to_its_length() -> None:
+    """Whether the line after a line left blank may underline it ("- - - ... x") was read
+    by a backtracking expression: quadratic in that line's length (16 KB took 2-4 s)."""
+    import time
+
+    def seconds(repeats: int) -> float:
+        text = "a\n[9]\n" + " -" * repeats + "x"
+        best = float("inf")
+        for _ in range(3):
+            began = time.process_time()
+            strip_out_of_range_markers(text, 1)
+            best = min(best, time.process_time() - began)
+        return best
+
+    assert seconds(16000) <= 16 * max(seconds(2000), 1e-3)

@@ -254,3 +254,24 @@ def test_where_a_block_may_still_change_is_placed_once_per_block(monkeypatch):
         read = 0
         assert citations._analyze(raw, hazards=True).hazard == first
         assert read <= 2 * len(raw), unit
+
+
+def test_a_long_run_of_spaces_streams_in_time_in_proportion_to_its_length():
+    """Whether a line's start is settled was read by a backtracking expression, quadratic
+    in a line of spaces (models do loop on whitespace): 16,000 spaces took 0.5 s, 64,000
+    about 8 s. Timed (best of three): the work is in the regular expression engine."""
+    import time
+
+    def seconds(spaces: int) -> float:
+        raw = "a\n" + " " * spaces + "b"
+        best = float("inf")
+        for _ in range(3):
+            stream_filter = MarkerStreamFilter(1)
+            began = time.process_time()
+            for i in range(0, len(raw), 4):
+                stream_filter.feed(raw[i : i + 4])
+            stream_filter.close()
+            best = min(best, time.process_time() - began)
+        return best
+
+    assert seconds(32000) <= 16 * max(seconds(4000), 1e-3)
