@@ -1223,7 +1223,7 @@ class MarkerStreamFilter:
         self._budget = _INITIAL_PARSE_BUDGET
         self._stalled_until = 0  # no parse before the tail is this long (see _STALL_GROWTH)
         self._open = False  # the last parse settled everything but trailing spaces
-        self._held_spaces = ""
+        self._held_spaces: list[str] = []
         self._cited: dict[int, None] = {}
         self._pending_citations: list[int] = []
 
@@ -1242,9 +1242,14 @@ class MarkerStreamFilter:
         self._budget += _PARSE_BUDGET_PER_CHAR * len(delta)
         if self._open and _PLAIN_DELTA.fullmatch(delta):
             # Plain text after settled text on a settled line: nothing in it can change.
-            text = self._held_spaces + delta
-            shown = text.rstrip(" \t")
-            self._held_spaces = text[len(shown) :]
+            body = delta.rstrip(" \t")
+            if not body:
+                # Only spaces: held with the others (joined only once text follows, so a
+                # long run of tiny deltas is not copied again with each one).
+                self._held_spaces.append(delta)
+                return ""
+            shown = "".join(self._held_spaces) + body
+            self._held_spaces = [delta[len(body) :]]
             self._tail_emitted += len(shown)
             return shown
         self._open = False
@@ -1276,7 +1281,7 @@ class MarkerStreamFilter:
                 if 1 <= number <= self.count and number not in self._cited:
                     self._cited[number] = None
                     self._pending_citations.append(number)
-        self._held_spaces = ""
+        self._held_spaces = []
         rest = tail[settled:]
         last_line = tail[tail.rfind("\n") + 1 :]
         self._open = (
@@ -1287,7 +1292,7 @@ class MarkerStreamFilter:
             and _SETTLED_LINE_START.match(last_line) is not None
         )
         if self._open:
-            self._held_spaces = rest
+            self._held_spaces = [rest]
         if not final:
             self._commit(tail, analysis, settled)
         return out
