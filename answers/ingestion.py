@@ -25,8 +25,11 @@ import os
 import pathlib
 import re
 import stat
+import struct
 import threading
 import warnings
+import zipfile
+import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -40,6 +43,7 @@ from .markup import code_span, escape_text, fenced, rst_to_markdown
 __all__ = [
     "MAX_FILE_BYTES",
     "MAX_TITLE_LENGTH",
+    "MAX_UNPACKED_BYTES",
     "SUPPORTED_SUFFIXES",
     "ChunkSpan",
     "ExtractedDocument",
@@ -1092,17 +1096,94 @@ def _split_font_joins(textpage: pdfium.PdfTextPage, text: str) -> str:
 # ------------------------------------------------------------- Office documents
 
 
-def _open_zip_document(kind: str, opener: Callable[[io.BytesIO], _T]) -> Callable[[bytes], _T]:
-    def open_document(data: bytes) -> _T:
-        try:
-            return opener(io.BytesIO(data))
-        # The libraries raise whatever zipfile / their XML parsing raises on damaged files.
-        except Exception as exc:
-            raise ExtractionError(
-                f"not a readable {kind} file ({type(exc).__name__}: {exc})"
-            ) from exc
+# What an Office file may unpack to, all its members together. Real files stay far below
+# (images do not compress; a 500-page .docx is about 10 MB of XML); a zip bomb (1 MB of
+# zeros inflating to 1 GB) does not, and python-pptx reads every member whole.
+MAX_UNPACKED_BYTES = 200 * 1024 * 1024
+_ZIP_STORED, _ZIP_DEFLATED = 0, 8
+_ZIP_LOCAL_HEADER = struct.Struct("<4s22xHH")
+_INFLATE_STEP = 1024 * 1024
+# An encrypted Office file is not a zip but an OLE compound file, as are .doc/.xls/.ppt.
+_OLE_MAGIC = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"
 
-    return open_document
+
+def _read_office(kind: str, data: bytes, read: Callable[[io.BytesIO], _T]) -> _T:
+    """``read(stream)``, once the zip is known to unpack to at most MAX_UNPACKED_BYTES;
+    whatever the library raises on a damaged file is an ``ExtractionError`` on one line."""
+    if data.startswith(_OLE_MAGIC):
+        raise ExtractionError(
+            f"not a readable {kind} file (it is password-protected, or an old binary Office "
+            "file renamed: save it without a password in the current format)"
+        )
+    _check_unpacked_size(kind, data)
+    try:
+        return read(io.BytesIO(data))
+    except ExtractionError:
+        raise
+    # The libraries raise whatever zipfile / their XML parsing raises on damaged files,
+    # while opening and while reading (openpyxl parses each sheet as it is iterated).
+    except Exception as exc:
+        reason = _collapse_whitespace(f"{type(exc).__name__}: {exc}").strip()
+        raise ExtractionError(f"not a readable {kind} file ({reason})") from exc
+
+
+def _check_unpacked_size(kind: str, data: bytes) -> None:
+    """Refuse a zip whose members unpack to more than MAX_UNPACKED_BYTES, before any
+    library inflates one.
+
+    The sizes the zip's directory declares are summed; each member is then inflated here,
+    a megabyte at a time and thrown away, to check that it holds what it declares: zipfile
+    inflates a member in one call and only then cuts it at its declared size, so a member
+    declaring 4 KB and holding 1 GB took a gigabyte of memory.
+    """
+    try:
+        archive = zipfile.ZipFile(io.BytesIO(data))
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError) as exc:
+        raise ExtractionError(f"not a readable {kind} file (BadZipFile: {exc})") from exc
+    members = archive.infolist()
+    declared = sum(member.file_size for member in members)
+    if declared > MAX_UNPACKED_BYTES:
+        raise ExtractionError(
+            f"the {kind} file would unpack to {declared / (1024 * 1024):,.1f} MB (the limit "
+            f"is {MAX_UNPACKED_BYTES // (1024 * 1024)} MB): a zip bomb, or too large to read"
+        )
+    for member in members:
+        if not _member_holds_what_it_declares(data, member):
+            raise ExtractionError(
+                f"not a readable {kind} file (its member {member.filename!r} does not hold "
+                "the size its zip directory declares)"
+            )
+
+
+def _member_holds_what_it_declares(data: bytes, member: zipfile.ZipInfo) -> bool:
+    if member.flag_bits & 0x1:  # encrypted: no Office application writes these
+        return False
+    header = data[member.header_offset : member.header_offset + _ZIP_LOCAL_HEADER.size]
+    if len(header) < _ZIP_LOCAL_HEADER.size:
+        return False
+    signature, name_length, extra_length = _ZIP_LOCAL_HEADER.unpack(header)
+    if signature != b"PK\x03\x04":
+        return False
+    start = member.header_offset + _ZIP_LOCAL_HEADER.size + name_length + extra_length
+    packed = data[start : start + member.compress_size]
+    if len(packed) < member.compress_size:
+        return False
+    if member.compress_type == _ZIP_STORED:
+        return member.compress_size == member.file_size
+    if member.compress_type != _ZIP_DEFLATED:  # bzip2, LZMA: not Office's, and unbounded
+        return False
+    inflater = zlib.decompressobj(-zlib.MAX_WBITS)
+    left = member.file_size
+    pending = packed
+    try:
+        while pending and not inflater.eof:
+            left -= len(inflater.decompress(pending, _INFLATE_STEP))
+            if left < 0:
+                return False
+            pending = inflater.unconsumed_tail
+    except zlib.error:
+        return False
+    return left == 0 and inflater.eof
 
 
 def _table_lines(rows: Iterable[Any]) -> list[str]:
@@ -1125,10 +1206,14 @@ def _office_body(kind: str, blocks: Iterable[str]) -> str:
 
 def _extract_docx(data: bytes) -> tuple[str | None, str]:
     import docx
+
+    return _read_office(".docx", data, lambda stream: _docx_text(docx.Document(stream)))
+
+
+def _docx_text(document: Any) -> tuple[str | None, str]:
     from docx.table import Table
     from docx.text.paragraph import Paragraph
 
-    document = _open_zip_document(".docx", docx.Document)(data)
     title = document.core_properties.title or None
     first_heading: str | None = None
     blocks: list[str] = []
@@ -1147,7 +1232,10 @@ def _extract_docx(data: bytes) -> tuple[str | None, str]:
 def _extract_pptx(data: bytes) -> tuple[str | None, str]:
     import pptx
 
-    presentation = _open_zip_document(".pptx", pptx.Presentation)(data)
+    return _read_office(".pptx", data, lambda stream: _pptx_text(pptx.Presentation(stream)))
+
+
+def _pptx_text(presentation: Any) -> tuple[str | None, str]:
     title = presentation.core_properties.title or None
     first_slide_title: str | None = None
     blocks: list[str] = []
@@ -1166,10 +1254,13 @@ def _extract_pptx(data: bytes) -> tuple[str | None, str]:
 def _extract_xlsx(data: bytes) -> tuple[str | None, str]:
     import openpyxl
 
-    def load(stream: io.BytesIO) -> Any:
-        return openpyxl.load_workbook(stream, read_only=True, data_only=True)
+    def read(stream: io.BytesIO) -> tuple[str | None, str]:
+        return _xlsx_text(openpyxl.load_workbook(stream, read_only=True, data_only=True))
 
-    workbook = _open_zip_document(".xlsx", load)(data)
+    return _read_office(".xlsx", data, read)
+
+
+def _xlsx_text(workbook: Any) -> tuple[str | None, str]:
     try:
         title = workbook.properties.title or None
         blocks: list[str] = []

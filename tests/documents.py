@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import io
+import struct
+import zipfile
+import zlib
 
 import docx
 import openpyxl
@@ -104,3 +107,55 @@ SITE_HTML = """<html><head><title>Billing FAQ</title></head><body>
 <p>Refunds reach the card within five days.</p></article></main>
 <aside>Related: shipping times</aside><footer>Copyright 2026 Example Ltd</footer>
 </body></html>"""
+
+
+def zip_rewritten(data: bytes, *, replace: dict[str, bytes] | None = None) -> bytes:
+    """An Office file (a zip) with some members' contents replaced."""
+    source = zipfile.ZipFile(io.BytesIO(data))
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as target:
+        for info in source.infolist():
+            body = (replace or {}).get(info.filename)
+            target.writestr(info.filename, body if body is not None else source.read(info))
+    return out.getvalue()
+
+
+def zip_with_zeros(data: bytes, *, name: str, size: int, declared: int | None = None) -> bytes:
+    """An Office file (a zip) with one more member, ``size`` zero bytes deflated (a zip bomb:
+    1 GB packs into 1 MB), its size given as ``declared`` if that is given.
+
+    Written by hand: deflating a gigabyte takes seconds, but after a full flush every
+    megabyte of zeros deflates to the same bytes, so one megabyte's output is repeated."""
+    megabyte = 1024 * 1024
+    assert size % megabyte == 0
+    compressor = zlib.compressobj(9, zlib.DEFLATED, -15)
+    compressor.compress(b"\0" * megabyte)
+    block = compressor.flush(zlib.Z_FULL_FLUSH)
+    repeats = size // megabyte
+    packed = block * repeats + compressor.flush()
+    crc = 0
+    zeros = b"\0" * megabyte
+    for _ in range(repeats):
+        crc = zlib.crc32(zeros, crc)
+    source = zipfile.ZipFile(io.BytesIO(data))
+    members = [(info.filename, source.read(info)) for info in source.infolist()]
+    out = io.BytesIO()
+    central = io.BytesIO()
+    entries = [(n, zlib.compress(b, 9)[2:-4], zlib.crc32(b), len(b)) for n, b in members]
+    entries.append((name, packed, crc, size if declared is None else declared))
+    for filename, body, checksum, length in entries:
+        encoded = filename.encode()
+        offset = out.tell()
+        fields = (20, 0, 8, 0, 0, checksum, len(body), length, len(encoded))
+        out.write(struct.pack("<IHHHHHIIIHH", 0x04034B50, *fields, 0) + encoded + body)
+        central.write(
+            struct.pack("<IH", 0x02014B50, 20)
+            + struct.pack("<HHHHHIIIHHHHHII", *fields, 0, 0, 0, 0, 0, offset)
+            + encoded
+        )
+    start = out.tell()
+    directory = central.getvalue()
+    count = len(entries)
+    out.write(directory + struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, count, count,
+                                      len(directory), start, 0))  # fmt: skip
+    return out.getvalue()

@@ -6,6 +6,7 @@ import itertools
 import os
 import re
 import shutil
+import tracemalloc
 from pathlib import Path
 
 import lxml.etree
@@ -725,6 +726,101 @@ def test_damaged_office_files_have_a_one_line_reason(suffix: str) -> None:
         with pytest.raises(ExtractionError, match=rf"^not a readable \{suffix} file \(") as info:
             extract_text(data=data, suffix=suffix, fallback_title="f")
         assert "\n" not in str(info.value)
+
+
+_OFFICE_SAMPLES = {
+    ".docx": (lambda: documents.docx_bytes(title=None, heading="H", paragraphs=["p"]), "word"),
+    ".pptx": (lambda: documents.pptx_bytes(slide_title="Roadmap", text="Ship it"), "ppt"),
+    ".xlsx": (lambda: documents.xlsx_bytes(title="Budget", rows=[["a"]]), "xl"),
+}
+
+
+@pytest.mark.parametrize("suffix", [".docx", ".pptx", ".xlsx"])
+def test_a_zip_bomb_office_file_is_refused_before_it_is_unpacked(suffix: str) -> None:
+    # 1 MB on the shared drive, 1 GB unpacked: python-pptx read every member whole (a 3 MB
+    # .pptx took 3 GB and 54 s). The sizes the zip declares are checked before any inflating.
+    make, folder = _OFFICE_SAMPLES[suffix]
+    gigabyte = 1024**3
+    bomb = documents.zip_with_zeros(make(), name=f"{folder}/media/image1.png", size=gigabyte)
+    assert len(bomb) < 2 * 1024 * 1024
+    tracemalloc.start()
+    try:
+        with pytest.raises(ExtractionError) as info:
+            extract_text(data=bomb, suffix=suffix, fallback_title="f")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert re.fullmatch(
+        rf"the \{suffix} file would unpack to 1,02\d\.\d MB \(the limit is 200 MB\): a zip "
+        "bomb, or too large to read",
+        str(info.value),
+    )
+    assert peak < 20 * 1024 * 1024
+
+
+def test_a_zip_member_larger_than_its_declared_size_is_read_no_further() -> None:
+    # A member declaring 4 KB and holding 256 MB: zipfile inflated it whole in one call (585 MB
+    # of memory) before cutting it to its declared size. Each member is checked a megabyte
+    # at a time first.
+    make, _ = _OFFICE_SAMPLES[".pptx"]
+    liar = documents.zip_with_zeros(
+        make(), name="ppt/media/image1.png", size=256 * 1024 * 1024, declared=4096
+    )
+    tracemalloc.start()
+    try:
+        with pytest.raises(ExtractionError) as info:
+            extract_text(data=liar, suffix=".pptx", fallback_title="f")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert str(info.value) == (
+        "not a readable .pptx file (its member 'ppt/media/image1.png' does not hold the size "
+        "its zip directory declares)"
+    )
+    assert peak < 20 * 1024 * 1024
+
+
+@pytest.mark.parametrize("suffix", [".docx", ".pptx", ".xlsx"])
+def test_an_old_binary_or_encrypted_office_file_says_so(suffix: str) -> None:
+    # A .doc saved as .docx, and Office's password-protected files, are OLE compound files.
+    ole = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + bytes(range(256)) * 8
+    with pytest.raises(ExtractionError) as info:
+        extract_text(data=ole, suffix=suffix, fallback_title="f")
+    assert str(info.value) == (
+        f"not a readable {suffix} file (it is password-protected, or an old binary Office "
+        "file renamed: save it without a password in the current format)"
+    )
+
+
+_SHEET_START = (
+    b"<worksheet xmlns='http://schemas.openxmlformats.org/spreadsheetml/2006/main'>"
+    b"<sheetData><row r='1'><c r='A1' t='inlineStr'><is><t>"
+)
+_SHEET_END = b"</t></is></c></row></sheetData></worksheet>"
+
+
+@pytest.mark.parametrize(
+    "sheet",
+    [
+        _SHEET_START + b"cut",
+        b"<?xml version='1.0'?><!DOCTYPE w [<!ENTITY x SYSTEM 'file:///etc/passwd'>]>"
+        + _SHEET_START
+        + b"&x;"
+        + _SHEET_END,
+    ],
+    ids=["truncated", "external-entity"],
+)
+def test_a_damaged_xlsx_sheet_is_an_extraction_error_on_one_line(sheet: bytes) -> None:
+    # Sheets are read after the workbook opens: their errors escaped extract_text as
+    # ParseError, and openpyxl's own message runs over three lines.
+    book = documents.zip_rewritten(
+        documents.xlsx_bytes(title="t", rows=[["a"]]),
+        replace={"xl/worksheets/sheet1.xml": sheet},
+    )
+    with pytest.raises(ExtractionError, match=r"^not a readable \.xlsx file \(") as info:
+        extract_text(data=book, suffix=".xlsx", fallback_title="f")
+    assert "\n" not in str(info.value)
+    assert "root:" not in str(info.value)
 
 
 def test_library_warnings_do_not_reach_the_caller(recwarn: pytest.WarningsRecorder) -> None:
