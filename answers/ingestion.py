@@ -1266,7 +1266,7 @@ def _xlsx_text(workbook: Any) -> tuple[str | None, str]:
         blocks: list[str] = []
         for sheet in workbook.worksheets:
             rows = []
-            for row in sheet.iter_rows(values_only=True):
+            for row in _sheet_rows(workbook, sheet):
                 cells = [" ".join(str(v).split()) for v in row if v is not None and str(v).strip()]
                 if cells:
                     rows.append(" | ".join(cells))
@@ -1275,6 +1275,30 @@ def _xlsx_text(workbook: Any) -> tuple[str | None, str]:
     finally:
         workbook.close()
     return title, _office_body(".xlsx", blocks)
+
+
+def _sheet_rows(workbook: Any, sheet: Any) -> Iterator[list[Any]]:
+    """The values of each row the sheet's XML holds, only the cells it holds.
+
+    Not ``iter_rows``: in read-only mode it trusts the sheet's ``<dimension>``, dropping
+    every cell outside a stale one, and pads each row to the widest column, so a 5 KB file
+    with cells at A1 and XFD1048576 made 17 billion empty values. This is how openpyxl's
+    read-only sheet parses its XML (``ReadOnlyWorksheet._cells_by_row``), without the
+    padding: the time is the XML's length.
+    """
+    from openpyxl.worksheet._reader import WorkSheetParser
+
+    with sheet._get_source() as source:
+        parser = WorkSheetParser(
+            source,
+            sheet._shared_strings,
+            data_only=True,
+            epoch=workbook.epoch,
+            date_formats=workbook._date_formats,
+            timedelta_formats=workbook._timedelta_formats,
+        )
+        for _, cells in parser.parse():
+            yield [cell["value"] for cell in cells]
 
 
 # ---------------------------------------------------------------------- chunking

@@ -6,6 +6,7 @@ import itertools
 import os
 import re
 import shutil
+import time
 import tracemalloc
 from pathlib import Path
 
@@ -821,6 +822,56 @@ def test_a_damaged_xlsx_sheet_is_an_extraction_error_on_one_line(sheet: bytes) -
         extract_text(data=book, suffix=".xlsx", fallback_title="f")
     assert "\n" not in str(info.value)
     assert "root:" not in str(info.value)
+
+
+def _sheet(dimension: str, cells: list[tuple[str, str]]) -> bytes:
+    rows: dict[int, list[str]] = {}
+    for ref, text in cells:
+        number = int(re.sub(r"[A-Z]", "", ref))
+        cell = f"<c r='{ref}' t='inlineStr'><is><t>{text}</t></is></c>"
+        rows.setdefault(number, []).append(cell)
+    data = "".join(f"<row r='{n}'>{''.join(cells)}</row>" for n, cells in sorted(rows.items()))
+    return (
+        "<worksheet xmlns='http://schemas.openxmlformats.org/spreadsheetml/2006/main'>"
+        f"<dimension ref='{dimension}'/><sheetData>{data}</sheetData></worksheet>"
+    ).encode()
+
+
+def test_xlsx_cells_outside_the_declared_dimension_are_read() -> None:
+    # Some exporters write a stale <dimension>: openpyxl's read-only mode trusted it and
+    # dropped every cell outside it without a word.
+    sheet = _sheet("A1:A1", [("A1", "kept"), ("C2", "right"), ("A9", "below")])
+    book = documents.zip_rewritten(
+        documents.xlsx_bytes(title="Budget", rows=[["x"]]),
+        replace={"xl/worksheets/sheet1.xml": sheet},
+    )
+    doc = extract_text(data=book, suffix=".xlsx", fallback_title="f")
+    assert doc.body == "Figures\nkept\nright\nbelow"
+
+
+def test_an_xlsx_with_cells_at_far_corners_is_read_in_time() -> None:
+    # Two cells, A1 and XFD60000, in a 5 KB file: openpyxl padded every row between to
+    # 16,384 columns (a billion empty values, 15 s; at XFD1048576 it ran for hours).
+    sheet = _sheet("A1:XFD60000", [("A1", "first"), ("XFD60000", "last")])
+    book = documents.zip_rewritten(
+        documents.xlsx_bytes(title="Budget", rows=[["x"]]),
+        replace={"xl/worksheets/sheet1.xml": sheet},
+    )
+    assert len(book) < 10_000
+    started = time.perf_counter()
+    doc = extract_text(data=book, suffix=".xlsx", fallback_title="f")
+    assert time.perf_counter() - started < 3
+    assert doc.body == "Figures\nfirst\nlast"
+
+
+def test_xlsx_values_keep_their_types_when_read_sparsely() -> None:
+    import datetime
+
+    book = documents.xlsx_bytes(
+        title="Budget", rows=[["when", datetime.date(2026, 12, 8)], [None, 3, None, True]]
+    )
+    doc = extract_text(data=book, suffix=".xlsx", fallback_title="f")
+    assert doc.body == "Figures\nwhen | 2026-12-08 00:00:00\n3 | True"
 
 
 def test_library_warnings_do_not_reach_the_caller(recwarn: pytest.WarningsRecorder) -> None:
