@@ -8,8 +8,11 @@ iterator and results are yielded in order, so memory holds at most that window o
 whatever the folder's size. Results are plain data (strings, integers, tuples) so they
 pickle cheaply; a chunk is its offsets, its text is sliced from the body again here.
 
-If the pool cannot start, or dies (a worker killed, out of memory), the remaining files are
-parsed in this process, after one message saying so.
+If a worker dies (a parser's segfault, killed for memory), the files of the tasks that were
+in flight are parsed again one at a time in a new pool: the one that kills its worker again
+is that file's error ("its parser crashed"), and the rest go on. Re-parsing them in this
+process instead would let that file kill the command. If a pool cannot start, the
+remaining files are parsed in this process, after one message saying so.
 
 No Django imports: workers import only this module and ``answers.ingestion``.
 """
@@ -162,22 +165,26 @@ class ParsePool:
     on_fallback: Callable[[str], None] = print
     _executor: Executor | None = field(default=None, init=False, repr=False)
     _fell_back: bool = field(default=False, init=False, repr=False)
+    _restarted: bool = field(default=False, init=False, repr=False)
 
     def __enter__(self) -> ParsePool:
         if self.jobs > 1:
-            try:
-                # fork where there is one: a worker starts in milliseconds and does not
-                # import the caller's __main__ again (spawn and forkserver run an unguarded
-                # script's top level once more in every worker). Workers never touch the
-                # inherited database connections, and exit with os._exit (no finalizers).
-                methods = multiprocessing.get_all_start_methods()
-                context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
-                self._executor = ProcessPoolExecutor(
-                    max_workers=self.jobs, mp_context=context, initializer=_worker_start
-                )
-            except (OSError, ValueError, NotImplementedError) as exc:
-                self._fall_back(f"cannot start {self.jobs} worker processes ({exc})")
+            self._start()
         return self
+
+    def _start(self) -> None:
+        try:
+            # fork where there is one: a worker starts in milliseconds and does not
+            # import the caller's __main__ again (spawn and forkserver run an unguarded
+            # script's top level once more in every worker). Workers never touch the
+            # inherited database connections, and exit with os._exit (no finalizers).
+            methods = multiprocessing.get_all_start_methods()
+            context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+            self._executor = ProcessPoolExecutor(
+                max_workers=self.jobs, mp_context=context, initializer=_worker_start
+            )
+        except (OSError, ValueError, NotImplementedError) as exc:
+            self._fall_back(f"cannot start {self.jobs} worker processes ({exc})")
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
@@ -200,35 +207,63 @@ class ParsePool:
     def parse(self, paths: Iterable[Path]) -> Iterator[ParsedFile]:
         """Each file's ``ParsedFile``, in the order of ``paths``, which is read lazily."""
         options = ParseOptions(chunk_size=self.chunk_size, stem=self.stem)
-        window: deque[tuple[list[str], Future[list[ParsedFile]] | None]] = deque()
+        window: deque[_InFlight] = deque()
         for task in _tasks(paths, self.files_per_task):
-            window.append((task, self._submit(task, options)))
+            window.append(self._submit(task, options))
             # In order, at most TASKS_PER_WORKER per worker ahead of the one yielded next.
             while len(window) >= self.jobs * TASKS_PER_WORKER or not self.pooled:
-                yield from self._result(*window.popleft(), options)
+                yield from self._result(window.popleft(), options)
                 if not window:
                     break
         while window:
-            yield from self._result(*window.popleft(), options)
+            yield from self._result(window.popleft(), options)
 
-    def _submit(self, task: list[str], options: ParseOptions) -> Future[list[ParsedFile]] | None:
-        if self._executor is None:
-            return None
+    def _submit(self, task: list[str], options: ParseOptions) -> _InFlight:
+        executor = self._executor
+        if executor is None:
+            return _InFlight(task, None, None)
         try:
-            return self._executor.submit(parse_files, task, options)
+            return _InFlight(task, executor.submit(parse_files, task, options), executor)
         except (BrokenProcessPool, RuntimeError) as exc:
-            self._fall_back(_died(exc))
-            return None
+            self._restart(executor, exc)
+            return _InFlight(task, None, executor)
 
-    def _result(
-        self, task: list[str], future: Future[list[ParsedFile]] | None, options: ParseOptions
-    ) -> list[ParsedFile]:
-        if future is not None:
+    def _result(self, item: _InFlight, options: ParseOptions) -> list[ParsedFile]:
+        if item.future is not None:
             try:
-                return future.result()
+                return item.future.result()
             except BrokenProcessPool as exc:
-                self._fall_back(_died(exc))
-        return parse_files(task, options)
+                self._restart(item.executor, exc)
+        elif item.executor is None:  # submitted while no pool ran: parsed here
+            return parse_files(item.task, options)
+        return [self._isolated(path, options) for path in item.task]
+
+    def _isolated(self, path: str, options: ParseOptions) -> ParsedFile:
+        """One file of a task whose worker died, alone in the pool: if its worker dies
+        again, this file killed it."""
+        executor = self._executor
+        if executor is None:
+            return parse_files([path], options)[0]
+        try:
+            return executor.submit(parse_files, [path], options).result()[0]
+        except (BrokenProcessPool, RuntimeError) as exc:
+            self._restart(executor, exc)
+            return ParsedFile(key=path, error=f"its parser crashed ({_stopped(exc)})")
+
+    def _restart(self, executor: Executor | None, exc: BaseException) -> None:
+        """A new pool in place of ``executor``, which died (once, however many of its tasks
+        report it); if none can start, parse here from now on."""
+        if executor is None or executor is not self._executor:
+            return
+        executor.shutdown(wait=False, cancel_futures=True)
+        self._executor = None
+        if not self._restarted:
+            self._restarted = True
+            self.on_fallback(
+                f"a worker process stopped ({_stopped(exc)}); the files it had are parsed "
+                "again one at a time in new worker processes."
+            )
+        self._start()
 
     def _fall_back(self, reason: str) -> None:
         if self._executor is not None:
@@ -237,6 +272,15 @@ class ParsePool:
         if not self._fell_back:  # said once, though every task in flight fails with it
             self._fell_back = True
             self.on_fallback(f"{reason}; parsing the remaining files in this process.")
+
+
+@dataclass(frozen=True)
+class _InFlight:
+    """A task, its future (None: parse it here, or again), and the pool it went to."""
+
+    task: list[str]
+    future: Future[list[ParsedFile]] | None
+    executor: Executor | None
 
 
 def _worker_start() -> None:
@@ -248,8 +292,8 @@ def _worker_start() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def _died(exc: BaseException) -> str:
-    return f"the worker processes stopped ({type(exc).__name__}: {exc})"
+def _stopped(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {' '.join(str(exc).split())}"
 
 
 def files_parse(

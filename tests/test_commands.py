@@ -786,6 +786,33 @@ def test_ingest_without_worker_processes_says_so_and_ingests_everything(
     assert len(lines) == 2 and lines[1].startswith("Skipped ")
 
 
+def test_ingest_reports_a_file_that_crashes_its_worker_and_ingests_the_rest(
+    site: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from answers import ingest_workers
+
+    command = os.getpid()
+    real_extract = ingest_workers.extract_file
+
+    def extract(path: Path) -> object:
+        # The edge we do not own: a native parser (PDFium) that segfaults on one file.
+        if path.name == "page010.html":
+            if os.getpid() == command:
+                raise RuntimeError("parsed in the command's process, which it would kill")
+            os.kill(os.getpid(), signal.SIGSEGV)
+        return real_extract(path)
+
+    monkeypatch.setattr(ingest_workers, "extract_file", extract)
+    stdout, stderr = run("ingest", str(site), "--jobs", "2", "--no-progress")
+    counts = summary(stdout)
+    assert (counts["created"], counts["failed"]) == (49, 2)
+    lines = stderr.strip().splitlines()
+    assert lines[0].startswith("Ingest: a worker process stopped (BrokenProcessPool: ")
+    crashed = f"Skipped {(site / 'page010.html').resolve()}: its parser crashed (BrokenProcessPool"
+    assert any(line.startswith(crashed) for line in lines[1:]), lines
+    assert len(lines) == 3
+
+
 def _manage(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
     """``manage.py ARGS`` in a process group of its own, on the test database, with SIGINT
     at its default (as a shell's foreground job gets it: a background job ignores it)."""

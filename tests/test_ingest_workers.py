@@ -125,7 +125,7 @@ def test_the_walk_is_read_lazily_with_a_bounded_window(pages) -> None:
             assert pulled <= count + window * 2
 
 
-def test_a_pool_that_dies_falls_back_to_this_process(pages) -> None:
+def test_workers_killed_from_outside_have_their_files_parsed_again_in_new_ones(pages) -> None:
     messages: list[str] = []
     found: list[ParsedFile] = []
     with ParsePool(jobs=2, chunk_size=CHUNK_SIZE, files_per_task=1,
@@ -135,11 +135,39 @@ def test_a_pool_that_dies_falls_back_to_this_process(pages) -> None:
                 for pid in pool.worker_pids():
                     os.kill(pid, signal.SIGKILL)
             found.append(item)
-        assert not pool.pooled
+        assert pool.pooled
     assert len(messages) == 1
-    assert "worker processes stopped" in messages[0]
-    assert "in this process" in messages[0]
+    assert "a worker process stopped" in messages[0]
+    assert "parsed again one at a time in new worker processes" in messages[0]
     assert found == parsed(pages, jobs=1)
+
+
+def test_a_file_that_crashes_its_worker_is_its_error_and_the_rest_are_parsed(
+    pages, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A native parser (PDFium) that segfaults on one file, or a file that gets its worker
+    # killed for memory: the pool fell back to parsing in the command's own process, so the
+    # same file then killed the command, and every file after it was left unread.
+    command = os.getpid()
+    real_extract = ingest_workers.extract_file
+
+    def extract(path: Path) -> object:
+        if path.name == "crash.html":
+            if os.getpid() == command:
+                raise RuntimeError("parsed in the command's process, which it would kill")
+            os.kill(os.getpid(), signal.SIGSEGV)
+        return real_extract(path)
+
+    monkeypatch.setattr(ingest_workers, "extract_file", extract)
+    crash = write(tmp_path / "site" / "crash.html", html_page(99))
+    files = [*pages[:20], crash, *pages[20:]]
+    messages: list[str] = []
+    found = list(files_parse(files, jobs=2, chunk_size=CHUNK_SIZE, on_fallback=messages.append))
+    assert [item.key for item in found] == [str(path.resolve()) for path in files]
+    assert found[20].error.startswith("its parser crashed (BrokenProcessPool: ")
+    assert "\n" not in found[20].error
+    assert found[:20] + found[21:] == parsed(pages, jobs=1)
+    assert len(messages) == 1 and "parsed again one at a time" in messages[0]
 
 
 def test_a_pool_that_cannot_start_parses_here(pages, monkeypatch) -> None:
