@@ -214,6 +214,16 @@ SETTINGS: tuple[Setting, ...] = (
         "The answer stored and shown when no source survives (a non-empty string).",
     ),
     Setting("CHUNK_SIZE", 1200, "Target chunk size in characters at ingest.", 100, 100_000),
+    Setting(
+        "INGEST_WORKER_MEMORY_MB",
+        2048,
+        "`manage.py ingest`: MB of address space a parsing worker may take beyond what it "
+        "starts with; a file needing more fails alone (a PDF stream that inflates to "
+        "gigabytes) instead of the OOM killer picking a process (0: no limit).",
+        0,
+        None,
+        env="ANSWERS_INGEST_WORKER_MEMORY_MB",
+    ),
     Setting("EXCERPT_CHARS", 500, "Characters of a source shown as its excerpt.", 20, None),
     Setting(
         "EXTRACTIVE_DELAY",

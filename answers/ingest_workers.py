@@ -162,6 +162,8 @@ class ParsePool:
     chunk_size: int
     stem: bool = False
     files_per_task: int = FILES_PER_TASK
+    # Bytes of address space a worker may take beyond what it starts with (0: no limit).
+    memory_limit: int = 0
     on_fallback: Callable[[str], None] = print
     _executor: Executor | None = field(default=None, init=False, repr=False)
     _fell_back: bool = field(default=False, init=False, repr=False)
@@ -181,7 +183,10 @@ class ParsePool:
             methods = multiprocessing.get_all_start_methods()
             context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
             self._executor = ProcessPoolExecutor(
-                max_workers=self.jobs, mp_context=context, initializer=_worker_start
+                max_workers=self.jobs,
+                mp_context=context,
+                initializer=_worker_start,
+                initargs=(self.memory_limit,),
             )
         except (OSError, ValueError, NotImplementedError) as exc:
             self._fall_back(f"cannot start {self.jobs} worker processes ({exc})")
@@ -283,13 +288,39 @@ class _InFlight:
     executor: Executor | None
 
 
-def _worker_start() -> None:
+def _worker_start(memory_limit: int = 0) -> None:
     # gc.freeze: the worker's collections skip the heap inherited from the caller (Django
     # and all), neither walking it nor copying its pages.
     gc.freeze()
     # Ctrl-C reaches the whole foreground process group: the caller stops (and shuts the
     # pool down); a worker's own KeyboardInterrupt only printed a traceback per worker.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if memory_limit:
+        _limit_address_space(memory_limit)
+
+
+def _limit_address_space(extra: int) -> None:
+    """Cap this process's address space at its current size plus ``extra`` bytes.
+
+    A file can ask a parser for far more memory than it holds (a PDF's 1 MB FlateDecode
+    stream inflating to gigabytes: PDFium allocates it whole). Past the cap an allocation
+    fails: Python raises MemoryError (the file's error), PDFium aborts (the pool isolates
+    the file, "its parser crashed"); without it the kernel's OOM killer picks a process,
+    maybe the database's.
+    """
+    try:
+        import resource
+
+        with open("/proc/self/status", encoding="ascii") as status:
+            sizes = [line.split()[1] for line in status if line.startswith("VmSize:")]
+        current = int(sizes[0]) * 1024
+        hard = resource.getrlimit(resource.RLIMIT_AS)[1]
+        limit = current + extra
+        if hard != resource.RLIM_INFINITY:
+            limit = min(limit, hard)
+        resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+    except (ImportError, OSError, IndexError, ValueError):
+        pass  # not Linux: no cap, as before
 
 
 def _stopped(exc: BaseException) -> str:
@@ -302,8 +333,12 @@ def files_parse(
     jobs: int,
     chunk_size: int,
     stem: bool = False,
+    memory_limit: int = 0,
     on_fallback: Callable[[str], None] = print,
 ) -> Iterator[ParsedFile]:
     """``ParsePool(...).parse(paths)`` with the pool closed when the iteration ends."""
-    with ParsePool(jobs=jobs, chunk_size=chunk_size, stem=stem, on_fallback=on_fallback) as pool:
+    with ParsePool(
+        jobs=jobs, chunk_size=chunk_size, stem=stem, memory_limit=memory_limit,
+        on_fallback=on_fallback,
+    ) as pool:  # fmt: skip
         yield from pool.parse(paths)

@@ -159,3 +159,41 @@ def zip_with_zeros(data: bytes, *, name: str, size: int, declared: int | None = 
     out.write(directory + struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, count, count,
                                       len(directory), start, 0))  # fmt: skip
     return out.getvalue()
+
+
+def pdf_flate_bomb_bytes(*, size: int) -> bytes:
+    """A one-page PDF whose content stream inflates to ``size`` bytes (blank space, then a
+    line of text) from about a thousandth of that: PDFium inflates it whole."""
+    megabyte = 1024 * 1024
+    assert size % megabyte == 0
+    text = b"BT /F1 12 Tf 72 720 Td (Behind the blanks) Tj ET"
+    compressor = zlib.compressobj(9, zlib.DEFLATED, -15)
+    compressor.compress(b" " * megabyte)
+    block = compressor.flush(zlib.Z_FULL_FLUSH)  # every megabyte of blanks deflates alike
+    deflated = block * (size // megabyte) + compressor.compress(text) + compressor.flush()
+    checksum = 1
+    blanks = b" " * megabyte
+    for _ in range(size // megabyte):
+        checksum = zlib.adler32(blanks, checksum)
+    checksum = zlib.adler32(text, checksum)
+    stream = b"\x78\xda" + deflated + struct.pack(">I", checksum)
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R "
+        b"/Resources << /Font << /F1 5 0 R >> >> >>",
+        b"<< /Length %d /Filter /FlateDecode >>\nstream\n%s\nendstream" % (len(stream), stream),
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+    ]
+    out = io.BytesIO()
+    out.write(b"%PDF-1.4\n")
+    offsets = []
+    for number, body in enumerate(objects, start=1):
+        offsets.append(out.tell())
+        out.write(b"%d 0 obj\n%s\nendobj\n" % (number, body))
+    xref = out.tell()
+    out.write(b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1))
+    out.write(b"".join(b"%010d 00000 n \n" % offset for offset in offsets))
+    out.write(b"trailer\n<< /Size %d /Root 1 0 R >>\n" % (len(objects) + 1))
+    out.write(b"startxref\n%d\n%%%%EOF\n" % xref)
+    return out.getvalue()

@@ -19,6 +19,7 @@ from answers.ingestion import chunk_text, extract_file
 from answers.models import Chunk, Document
 from answers.registry import get_search_backend
 from answers.search.stemming import stem_text, stems_known
+from tests import documents
 from tests.helpers import write
 
 CHUNK_SIZE = 300
@@ -168,6 +169,26 @@ def test_a_file_that_crashes_its_worker_is_its_error_and_the_rest_are_parsed(
     assert "\n" not in found[20].error
     assert found[:20] + found[21:] == parsed(pages, jobs=1)
     assert len(messages) == 1 and "parsed again one at a time" in messages[0]
+
+
+def test_a_file_that_needs_more_memory_than_a_worker_may_take_fails_alone(
+    pages, tmp_path: Path
+) -> None:
+    # A 0.5 MB PDF whose content stream inflates to 512 MB: PDFium took 1 GB for it. On a
+    # shared server the kernel's OOM killer picks its own victim (the database, say); a
+    # worker's address space is capped instead, and the file fails on its own.
+    bomb = write(tmp_path / "site" / "bomb.pdf", documents.pdf_flate_bomb_bytes(size=512 << 20))
+    files = [*pages[:3], bomb, *pages[3:]]
+    messages: list[str] = []
+    with ParsePool(jobs=2, chunk_size=CHUNK_SIZE, memory_limit=256 << 20,
+                   on_fallback=messages.append) as pool:  # fmt: skip
+        found = list(pool.parse(files))
+    assert found[3].key == str(bomb.resolve())
+    assert found[3].error.startswith("its parser crashed (")
+    assert found[:3] + found[4:] == parsed(pages, jobs=1)
+    small = write(tmp_path / "small.pdf", documents.pdf_flate_bomb_bytes(size=8 << 20))
+    with ParsePool(jobs=2, chunk_size=CHUNK_SIZE, memory_limit=256 << 20) as pool:
+        assert [item.body for item in pool.parse([small])] == ["Behind the blanks"]
 
 
 def test_a_pool_that_cannot_start_parses_here(pages, monkeypatch) -> None:

@@ -239,7 +239,13 @@ class Command(BaseCommand):
         with (
             _Interruption() as interruption,
             progress,
-            ParsePool(jobs=jobs, chunk_size=chunk_size, stem=stem, on_fallback=fallback) as pool,
+            ParsePool(
+                jobs=jobs,
+                chunk_size=chunk_size,
+                stem=stem,
+                on_fallback=fallback,
+                memory_limit=int(answers_settings.INGEST_WORKER_MEMORY_MB) * 1024 * 1024,
+            ) as pool,
         ):
             writer.deferred = interruption.deferred
             for parsed in _sources(topics, pool.parse(sources), chunk_size=chunk_size):
