@@ -1211,22 +1211,87 @@ def _extract_docx(data: bytes) -> tuple[str | None, str]:
 
 
 def _docx_text(document: Any) -> tuple[str | None, str]:
-    from docx.table import Table
+    from docx.oxml.ns import qn
     from docx.text.paragraph import Paragraph
 
     title = document.core_properties.title or None
     first_heading: str | None = None
     blocks: list[str] = []
-    for item in document.iter_inner_content():
-        if isinstance(item, Paragraph):
-            text = item.text.strip()
-            style = (item.style.name if item.style is not None else "") or ""
-            if text and first_heading is None and (style == "Title" or style.startswith("Heading")):
-                first_heading = text
+    paragraph_tag, table_tag = qn("w:p"), qn("w:tbl")
+    for element in _docx_blocks(document.element.body):
+        if element.tag == paragraph_tag:
+            text = _docx_paragraph_text(element).strip()
+            if text and first_heading is None:
+                style = Paragraph(element, document).style
+                name = (style.name if style is not None else "") or ""
+                if name == "Title" or name.startswith("Heading"):
+                    first_heading = text
             blocks.append(text)
-        elif isinstance(item, Table):
-            blocks.extend(_table_lines(item.rows))
+        elif element.tag == table_tag:
+            blocks.extend(_docx_table_lines(element))
     return title or first_heading, _office_body(".docx", blocks)
+
+
+# Elements that only wrap a .docx's paragraphs, tables or runs: content controls (a
+# template's fields), custom XML, tracked insertions and moves. Their content is text the
+# reader sees; python-docx's iteration skipped it. Tracked deletions (w:del, w:moveFrom)
+# are not among them.
+_DOCX_WRAPPERS = frozenset(
+    f"{{http://schemas.openxmlformats.org/wordprocessingml/2006/main}}{name}"
+    for name in ("sdt", "sdtContent", "customXml", "ins", "moveTo", "hyperlink", "smartTag",
+                 "fldSimple", "dir", "bdo")
+)  # fmt: skip
+_W = "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}"
+
+
+def _docx_blocks(container: Any) -> Iterator[Any]:
+    """The paragraphs (w:p) and tables (w:tbl) of a body or cell, in order, wrappers opened."""
+    for child in container:
+        if child.tag in (f"{_W}p", f"{_W}tbl"):
+            yield child
+        elif child.tag in _DOCX_WRAPPERS:
+            yield from _docx_blocks(child)
+
+
+def _docx_paragraph_text(paragraph: Any) -> str:
+    """A paragraph's text as Word shows it with changes accepted: its runs (python-docx's
+    ``CT_R.text``: tabs and breaks included), those in wrappers too."""
+    parts: list[str] = []
+    stack = list(reversed(paragraph))
+    while stack:
+        node = stack.pop()
+        if node.tag == f"{_W}r":
+            parts.append(node.text)
+        elif node.tag in _DOCX_WRAPPERS:
+            stack.extend(reversed(node))
+    return "".join(parts)
+
+
+def _docx_table_lines(table: Any) -> list[str]:
+    """A table's rows as lines, as ``_table_lines``: each cell's text (its paragraphs and
+    nested tables) with white space folded, empty cells left out, the rest joined by " | "."""
+    lines = []
+    for row in _docx_children(table, "tr"):
+        cells = []
+        for cell in _docx_children(row, "tc"):
+            texts = []
+            for block in _docx_blocks(cell):
+                if block.tag == f"{_W}p":
+                    texts.append(_docx_paragraph_text(block))
+                else:
+                    texts.extend(_docx_table_lines(block))
+            cells.append(" ".join(" ".join(texts).split()))
+        lines.append(" | ".join(cell for cell in cells if cell))
+    return lines
+
+
+def _docx_children(element: Any, name: str) -> Iterator[Any]:
+    """``element``'s children named ``name`` (w:tr, w:tc), through wrappers."""
+    for child in element:
+        if child.tag == f"{_W}{name}":
+            yield child
+        elif child.tag in _DOCX_WRAPPERS:
+            yield from _docx_children(child, name)
 
 
 def _extract_pptx(data: bytes) -> tuple[str | None, str]:
@@ -1243,12 +1308,24 @@ def _pptx_text(presentation: Any) -> tuple[str | None, str]:
         heading = slide.shapes.title
         if heading is not None and heading.has_text_frame and first_slide_title is None:
             first_slide_title = heading.text_frame.text.strip() or None
-        for shape in slide.shapes:
+        for shape in _pptx_shapes(slide.shapes):
             if shape.has_text_frame:
                 blocks.append(shape.text_frame.text.strip())
             elif getattr(shape, "has_table", False):
                 blocks.extend(_table_lines(shape.table.rows))
     return title or first_slide_title, _office_body(".pptx", blocks)
+
+
+def _pptx_shapes(shapes: Iterable[Any]) -> Iterator[Any]:
+    """The shapes of a slide, those inside groups too (whose text python-pptx's list of a
+    slide's shapes leaves out), in order."""
+    from pptx.enum.shapes import MSO_SHAPE_TYPE
+
+    for shape in shapes:
+        if shape.shape_type == MSO_SHAPE_TYPE.GROUP:
+            yield from _pptx_shapes(shape.shapes)
+        else:
+            yield shape
 
 
 def _extract_xlsx(data: bytes) -> tuple[str | None, str]:

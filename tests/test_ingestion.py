@@ -8,6 +8,7 @@ import re
 import shutil
 import time
 import tracemalloc
+import zipfile
 from pathlib import Path
 
 import lxml.etree
@@ -872,6 +873,48 @@ def test_xlsx_values_keep_their_types_when_read_sparsely() -> None:
     )
     doc = extract_text(data=book, suffix=".xlsx", fallback_title="f")
     assert doc.body == "Figures\nwhen | 2026-12-08 00:00:00\n3 | True"
+
+
+def test_docx_tracked_insertions_and_content_controls_are_text() -> None:
+    # Word keeps a tracked insertion in <w:ins> and template fields in content controls
+    # (<w:sdt>): python-docx's paragraph text and block iteration skip both, so a reviewed
+    # contract or a filled-in form lost those words without a word said. Deleted text stays
+    # out.
+    data = documents.docx_bytes(title="T", heading="H", paragraphs=["Kept"])
+    xml = zipfile.ZipFile(io.BytesIO(data)).read("word/document.xml").decode()
+    tracked = (
+        '<w:ins w:id="1" w:author="a"><w:r><w:t xml:space="preserve"> and inserted</w:t></w:r>'
+        '</w:ins><w:del w:id="2" w:author="a"><w:r><w:delText>deleted</w:delText></w:r></w:del>'
+    )
+    xml = xml.replace("<w:t>Kept</w:t></w:r>", "<w:t>Kept</w:t></w:r>" + tracked, 1)
+    control = (
+        "<w:sdt><w:sdtContent><w:p><w:r><w:t>Filled-in field</w:t></w:r></w:p>"
+        "</w:sdtContent></w:sdt>"
+    )
+    xml = xml.replace("<w:sectPr", control + "<w:sectPr", 1)
+    doc = extract_text(
+        data=documents.zip_rewritten(data, replace={"word/document.xml": xml.encode()}),
+        suffix=".docx",
+        fallback_title="f",
+    )
+    assert doc.body == "H\n\nKept and inserted\n\ncell one | cell two\n\nFilled-in field"
+
+
+def test_pptx_text_in_grouped_shapes_is_read() -> None:
+    import pptx
+    from pptx.util import Inches
+
+    presentation = pptx.Presentation()
+    slide = presentation.slides.add_slide(presentation.slide_layouts[5])
+    slide.shapes.title.text = "Grouped"
+    group = slide.shapes.add_group_shape()
+    inner = group.shapes.add_group_shape()
+    box = inner.shapes.add_textbox(Inches(1), Inches(1), Inches(2), Inches(1))
+    box.text_frame.text = "Inside two groups"
+    out = io.BytesIO()
+    presentation.save(out)
+    doc = extract_text(data=out.getvalue(), suffix=".pptx", fallback_title="f")
+    assert doc.body == "Grouped\n\nInside two groups"
 
 
 def test_library_warnings_do_not_reach_the_caller(recwarn: pytest.WarningsRecorder) -> None:
