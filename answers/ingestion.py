@@ -126,13 +126,14 @@ def scan_source_files(
     but cannot be: given paths that are neither a folder nor a regular file (a FIFO,
     /dev/null) or cannot be reached (a folder on the way not searchable), folders that cannot
     be listed, and, of a supported type, broken symbolic links, FIFOs and the like met in
-    folders, and files whose path is not valid UTF-8 (``undecodable_path_reason``). None of
-    them is opened. With ``max_key_length``, so are files whose absolute path (the
-    document's source key) is longer: the database would refuse the key, and with it the
-    batch it was written in. Left out on purpose, and not reported, are hidden files and, met while
-    walking a folder, copies and stubs of pages found elsewhere in it: a Sphinx build's
-    ``_sources`` and generated index and search pages, and HTML redirect stubs
-    (``_walk_leaves_out``).
+    folders, symbolic links met in a folder that lead to a file outside it (anyone who may
+    write to a shared folder could link ``/etc/passwd`` into it), and files whose path is
+    not valid UTF-8 (``undecodable_path_reason``). None of them is opened. With
+    ``max_key_length``, so are files whose absolute path (the document's source key) is
+    longer: the database would refuse the key, and with it the batch it was written in. Left
+    out on purpose, and not reported, are hidden files and, met while walking a folder,
+    copies and stubs of pages found elsewhere in it: a Sphinx build's ``_sources`` and
+    generated index and search pages, and HTML redirect stubs (``_walk_leaves_out``).
     """
     found: dict[str, pathlib.Path] = {}
     unsupported: dict[str, SkippedFile] = {}
@@ -171,6 +172,7 @@ def scan_source_files(
             unreadable.setdefault(os.path.abspath(given), SkippedFile(given, reason))
             continue
         if given.is_dir():
+            inside = os.path.join(os.path.realpath(given), "")
             for root, dirs, files in os.walk(given, onerror=unlisted):
                 sphinx = _SPHINX_SEARCH_INDEX in files
                 dirs[:] = [d for d in dirs if not _walk_leaves_out(d, sphinx=sphinx, folder=True)]
@@ -184,6 +186,16 @@ def scan_source_files(
                     if _walk_leaves_out(name, sphinx=sphinx, folder=False):
                         continue
                     path = pathlib.Path(root, name)
+                    # Anyone who may write to the folder could link /etc/passwd (or the
+                    # server's settings) into it: only the folder's own files are read.
+                    if (
+                        path.is_symlink()
+                        and path.exists()
+                        and path.suffix.lower() in SUPPORTED_SUFFIXES
+                        and not os.path.realpath(path).startswith(inside)
+                    ):
+                        unreadable.setdefault(os.path.abspath(path), SkippedFile(path, _LINKED_OUT))
+                        continue
                     if path.is_file():
                         if not _is_redirect_stub(path):
                             add(path)
@@ -241,6 +253,9 @@ def _escaped(match: re.Match[str]) -> str:
 
 
 _LINKED = "a symbolic link to a folder, not followed (give the folder itself as a PATH)"
+_LINKED_OUT = (
+    "a symbolic link to a file outside the folder, not followed (give the file itself as a PATH)"
+)
 
 
 def _not_a_file(path: pathlib.Path) -> str:

@@ -1073,6 +1073,32 @@ def test_scan_reports_a_linked_folder_and_a_link_loop_instead_of_passing_them_in
     ]
 
 
+def test_a_link_to_a_file_outside_the_folder_is_not_followed(tmp_path: Path) -> None:
+    # Anyone who can write to the shared drive could plant notes.txt -> /etc/passwd (or the
+    # server's .env): its contents became a document, chunked and quoted to the group.
+    root = tmp_path / "share"
+    real = write(root / "sub" / "real.md", "# Real\n")
+    secret = write(tmp_path / "server" / "secrets.env", "DJANGO_SECRET_KEY=hunter2\n")
+    (root / "notes.txt").symlink_to(secret)
+    (root / "passwd.txt").symlink_to("/etc/passwd")
+    (root / "alias.md").symlink_to(real)  # inside the folder: the same document, once
+
+    found, unsupported, unreadable = scan_source_files([root])
+    assert found == [root / "alias.md"]
+    assert os.path.realpath(found[0]) == str(real.resolve())
+    assert unsupported == []
+    outside = (
+        "a symbolic link to a file outside the folder, not followed (give the file itself "
+        "as a PATH)"
+    )
+    assert sorted((s.path.name, s.reason) for s in unreadable) == [
+        ("notes.txt", outside),
+        ("passwd.txt", outside),
+    ]
+    # Given by name, a link is the operator's choice, and is read.
+    assert scan_source_files([root / "notes.txt"])[0] == [root / "notes.txt"]
+
+
 def test_shown_path_escapes_control_characters_of_a_file_name() -> None:
     # A name holding a line break forged a second report line; one holding ESC drove the
     # terminal (cleared the screen) when its "Skipped ..." line was printed.
