@@ -140,6 +140,10 @@ class FeedbackInline(admin.TabularInline):
     fields = ("user", "rating", "comment", "created_at")
     readonly_fields = fields
 
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Feedback]:
+        # Each row shows its user: read with it, not one query per row.
+        return super().get_queryset(request).select_related("user")
+
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 

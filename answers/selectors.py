@@ -424,12 +424,18 @@ def answer_is_withheld(*, answer: Answer, user: AnyUser) -> bool:
     return _hidden_prompt_sources(user=user, question_id=answer.question_id).exists()
 
 
+# A source row shows its document's title and link, never its content: a body can be
+# megabytes (and its signature 512 bytes), read for each of a page's sources.
+_DOCUMENT_CONTENT = ("document__body", "document__near_signature")
+
+
 def answer_final_sources(*, answer: Answer) -> list[RetrievedSource]:
     """The stored final Sources rows of ``answer``, in number order (no access check: the
     presenter re-checks each document for the viewer)."""
     return list(
         RetrievedSource.objects.filter(question_id=answer.question_id, final_number__isnull=False)
         .select_related("document", "chunk", "passage")
+        .defer(*_DOCUMENT_CONTENT)
         .order_by("final_number", "rank")
     )
 
@@ -518,7 +524,9 @@ def retrieved_sources_for_review(*, question_id: int, reviewer: AnyUser) -> list
     the asker could not view it either), unless they hold ``review_all_answers``."""
     rows = (
         RetrievedSource.objects.filter(question_id=question_id)
-        .select_related("document", "chunk")
+        # The passage too: the admin shows each cited one (a query per row without it).
+        .select_related("document", "chunk", "passage")
+        .defer(*_DOCUMENT_CONTENT)
         .order_by("rank")
     )
     if not user_may_review_all(user=reviewer):

@@ -351,6 +351,39 @@ def xss_answer(asker, scripted):  # type: ignore[no-untyped-def]
     return answer
 
 
+def _page_queries(client, url: str) -> list[str]:  # type: ignore[no-untyped-def]
+    with CaptureQueriesContext(connection) as captured:
+        response = client.get(url)
+    assert response.status_code == 200, url
+    return [query["sql"] for query in captured.captured_queries]
+
+
+def test_answer_change_page_queries_do_not_grow_with_sources_or_feedback(
+    admin_client, asker, other_asker, scripted, django_user_model
+):  # type: ignore[no-untyped-def]
+    """At millions of answers a reviewer's page is still a fixed number of queries: not
+    one per cited passage or per feedback row, and no document's whole body read to show
+    its title (a body can be megabytes; a page lists 40 candidates)."""
+    scripted.script = ["Lambdas are small [1]."]
+    one = _answer(asker, "What is a lambda expression?")
+    services.feedback_record(answer=one, user=other_asker, rating="up", comment="")
+    scripted.script = ["Lambdas are small [1] and [2] and [3] and [4] and [5] and [6]."]
+    many = _answer(
+        asker, "What is a lambda expression, a function definition, a generator and a class?"
+    )
+    for index in range(5):
+        rater = django_user_model.objects.create_user(username=f"rater{index}", password="pw")
+        services.feedback_record(answer=many, user=rater, rating="down", comment="no")
+    cited = RetrievedSource.objects.filter(question=many.question, final_number__isnull=False)
+    assert cited.count() >= 6 and Feedback.objects.filter(answer=many).count() == 5
+
+    _page_queries(admin_client, _change_url(one))  # Django caches its content types
+    few_queries = _page_queries(admin_client, _change_url(one))
+    many_queries = _page_queries(admin_client, _change_url(many))
+    assert len(many_queries) == len(few_queries), "\n".join(many_queries)
+    assert not any('"answers_document"."body"' in sql for sql in many_queries)
+
+
 def test_admin_escapes_question_and_model_text(admin_client, xss_answer):  # type: ignore[no-untyped-def]
     for url in (_change_url(xss_answer), reverse(CHANGELIST)):
         html = admin_client.get(url).content.decode()
