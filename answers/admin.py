@@ -202,6 +202,9 @@ class AnswerAdmin(CheckedChangeListMixin, admin.ModelAdmin):
     search_fields = ("question__text", "question__user__username", "final_text")
     date_hierarchy = "created_at"
     list_select_related = ("question", "question__user")
+    # One count of the list, not two: the unfiltered total was counted again on every
+    # view (for a reviewer without review_all_answers, each answer's withheld test again).
+    show_full_result_count = False
     inlines = [FeedbackInline]
 
     class Media:

@@ -23,12 +23,14 @@ from django.db.models import (
     BooleanField,
     Count,
     Exists,
+    IntegerField,
     OuterRef,
     Q,
     QuerySet,
     Subquery,
     Value,
 )
+from django.db.models.functions import Coalesce
 from django.utils.crypto import constant_time_compare
 
 from .conf import answers_settings
@@ -481,30 +483,47 @@ def api_token_get_active(*, token_hash: str) -> ApiToken | None:
 def answer_admin_queryset(*, reviewer: AnyUser) -> QuerySet[Answer]:
     """The answers ``reviewer`` may list, search, filter and open in the admin: all of them
     with ``review_all_answers``, else only those not withheld from them. Excluded, not
-    shown as placeholders, so no count, filter, search or sort depends on what they hide."""
+    shown as placeholders, so no count, filter, search or sort depends on what they hide.
+
+    Each count is a subquery of its answer's own rows, not a join grouped per answer: the
+    list's page (from the (created_at, id) index) counts its own rows only, and its
+    counts, filters and dates read the answers table alone (Django drops an unused
+    subquery; a join feeding an aggregate it keeps)."""
     answers = Answer.objects.all()
     # Candidates from documents the reviewer may not view are not counted either (nor
     # listed, see retrieved_sources_for_review): that they matched is itself a clue.
-    retrieved = Q()
+    sources = RetrievedSource.objects.filter(question_id=OuterRef("question_id"))
     if not user_may_review_all(user=reviewer):
         answers = answers.exclude(
             _review_withheld_q(reviewer=reviewer, question_id=OuterRef("question_id"))
         )
-        retrieved = _reviewable_sources_q(reviewer=reviewer, path="question__retrieved_sources__")
+        retrieved = sources.filter(_reviewable_sources_q(reviewer=reviewer))
+    else:
+        retrieved = sources
+    feedback = Feedback.objects.filter(answer_id=OuterRef("pk"))
     return (
         answers.select_related("question", "question__user")
         .annotate(
-            retrieved_count=Count("question__retrieved_sources", filter=retrieved, distinct=True),
-            cited_count=Count(
-                "question__retrieved_sources__document",
-                filter=Q(question__retrieved_sources__cited=True),
-                distinct=True,
+            retrieved_count=_count_of(retrieved, "pk", per="question_id"),
+            cited_count=_count_of(
+                sources.filter(cited=True), "document", per="question_id", distinct=True
             ),
-            feedback_up=Count("feedback", filter=Q(feedback__rating="up"), distinct=True),
-            feedback_down=Count("feedback", filter=Q(feedback__rating="down"), distinct=True),
+            feedback_up=_count_of(
+                feedback.filter(rating=Feedback.Rating.UP), "pk", per="answer_id"
+            ),
+            feedback_down=_count_of(
+                feedback.filter(rating=Feedback.Rating.DOWN), "pk", per="answer_id"
+            ),
         )
-        .order_by("-created_at", "-id")  # Meta.ordering, which a GROUP BY drops
+        .order_by("-created_at", "-id")
     )
+
+
+def _count_of(rows: QuerySet[Any], field: str, *, per: str, distinct: bool = False) -> Coalesce:
+    """How many ``rows`` (their non-null ``field``s) there are, as a subquery of one value;
+    ``per``: the column the rows share with the outer query (grouped by, so one row)."""
+    counted = rows.order_by().values(per).annotate(n=Count(field, distinct=distinct))
+    return Coalesce(Subquery(counted.values("n"), output_field=IntegerField()), 0)
 
 
 def _reviewable_sources_q(*, reviewer: AnyUser, path: str = "") -> Q:
