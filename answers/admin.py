@@ -18,7 +18,7 @@ from django.contrib.admin.options import IncorrectLookupParameters
 from django.contrib.admin.views.main import ChangeList
 from django.contrib.auth.models import AnonymousUser
 from django.core.exceptions import BadRequest, PermissionDenied
-from django.db.models import Count, QuerySet
+from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
@@ -69,6 +69,12 @@ class CheckedChangeList(ChangeList):
             return super().get_filters(request)
         except (ValueError, OverflowError) as exc:
             raise IncorrectLookupParameters(exc) from exc
+
+    def get_queryset(self, request: HttpRequest, exclude_parameters: Any = None) -> Any:
+        queryset = super().get_queryset(request, exclude_parameters)
+        # Long texts no column shows (a body can be megabytes), unread for a page of 100.
+        deferred = getattr(self.model_admin, "list_defer", ())
+        return queryset.defer(*deferred) if deferred else queryset
 
     def get_results(self, request: HttpRequest) -> None:
         try:
@@ -205,6 +211,7 @@ class AnswerAdmin(CheckedChangeListMixin, admin.ModelAdmin):
     # One count of the list, not two: the unfiltered total was counted again on every
     # view (for a reviewer without review_all_answers, each answer's withheld test again).
     show_full_result_count = False
+    list_defer = ("raw_text", "final_text", "review_note")
     inlines = [FeedbackInline]
 
     class Media:
@@ -531,6 +538,7 @@ class DocumentAdmin(CheckedChangeListMixin, admin.ModelAdmin):
     list_display = ("title", "access", "chunk_count", "source_key", "updated_at")
     list_filter = ("access", "groups")
     search_fields = ("title", "source_key", "url")
+    list_defer = ("body", "near_signature")
     filter_horizontal = ("groups",)
     readonly_fields = ("content_hash", "chunk_count", "created_at", "updated_at")
     fields = (
@@ -549,9 +557,7 @@ class DocumentAdmin(CheckedChangeListMixin, admin.ModelAdmin):
     def get_queryset(self, request: HttpRequest) -> QuerySet[Document]:
         # Outside a document's groups (and without review_all_answers) a reviewer cannot
         # list, search, open or change it.
-        documents = selectors.document_admin_queryset(reviewer=request.user)
-        # Ordered again: a GROUP BY drops Meta.ordering, and the autocomplete pages it as is.
-        return documents.annotate(chunks_total=Count("chunks")).order_by("title", "id")
+        return selectors.document_admin_queryset(reviewer=request.user)
 
     def formfield_for_manytomany(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
         kwargs.setdefault("form_class", IdsChoiceField)
@@ -562,10 +568,11 @@ class DocumentAdmin(CheckedChangeListMixin, admin.ModelAdmin):
             kwargs["assume_scheme"] = "https"  # a bare "example.com/doc" means https
         return super().formfield_for_dbfield(db_field, request, **kwargs)
 
-    @admin.display(description="Chunks", ordering="chunks_total")
+    @admin.display(description="Chunks", ordering="chunk_count")
     def chunk_count(self, obj: Document) -> int:
-        total = getattr(obj, "chunks_total", None)
-        return total if total is not None else (obj.chunks.count() if obj.pk else 0)
+        # Stored with the chunks (services), not counted: the list counted every chunk of
+        # the corpus, grouped per document, on each view.
+        return obj.chunk_count or 0
 
     def view_on_site(self, obj: Document) -> str:
         # The change form's link to the document's page. Not ``get_absolute_url`` on the
