@@ -5,7 +5,7 @@ Selectors only query; nothing here writes."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from urllib.parse import urlsplit
@@ -110,10 +110,39 @@ def answer_references(
     """The stored final Sources list, re-checking each document's access for ``user``, each
     with the evidence the answer was written from and its status now (ADR 0022).
     ``every_source``: shown whatever its access (an auditor's review, below)."""
-    rows = selectors.answer_final_sources(answer=answer)
-    ids = {row.document_id for row in rows if row.document_id}
+    return _answers_references(answers=[answer], user=user, every_source=every_source)[answer.pk]
+
+
+def _answers_references(
+    *, answers: Sequence[Answer], user: AnyUser, every_source: bool = False
+) -> dict[int, list[Reference]]:
+    """``answer_references`` of each of ``answers`` by answer id, in three queries however
+    many there are."""
+    rows_of = selectors.answers_final_sources(answers=answers)
+    every_row = [row for rows in rows_of.values() for row in rows]
+    ids = {row.document_id for row in every_row if row.document_id}
     visible = ids if every_source else selectors.document_visible_ids(user=user, document_ids=ids)
-    current = selectors.passages_still_current(rows=rows)
+    current = selectors.passages_still_current(rows=every_row)
+    return {
+        answer.pk: _references(
+            answer=answer,
+            rows=rows_of.get(answer.question_id, []),
+            visible=visible,
+            current=current,
+            every_source=every_source,
+        )
+        for answer in answers
+    }
+
+
+def _references(
+    *,
+    answer: Answer,
+    rows: list[RetrievedSource],
+    visible: set[int],
+    current: set[tuple[int, str]],
+    every_source: bool,
+) -> list[Reference]:
     prefix = answer_anchor_prefix(answer_id=answer.pk)
     grouped: dict[int, list[RetrievedSource]] = {}
     for row in rows:
@@ -212,8 +241,22 @@ def _title_of(row: RetrievedSource) -> str:
 def answer_payload(*, answer: Answer, user: AnyUser) -> AnswerPayload:
     """A stored answer as ``user`` may see it now: withheld (a notice instead of its text)
     when it was written from a source they can no longer view."""
-    references = answer_references(answer=answer, user=user)
-    withheld = selectors.answer_is_withheld(answer=answer, user=user)
+    return answer_payloads(answers=[answer], user=user)[0]
+
+
+def answer_payloads(*, answers: Iterable[Answer], user: AnyUser) -> list[AnswerPayload]:
+    """``answer_payload`` of each of ``answers``, in order, in a fixed number of queries
+    (a conversation's page: they were four a turn)."""
+    listed = list(answers)
+    references = _answers_references(answers=listed, user=user)
+    withheld = selectors.answers_withheld_ids(answers=listed, user=user)
+    return [
+        _payload(answer=answer, references=references[answer.pk], withheld=answer.pk in withheld)
+        for answer in listed
+    ]
+
+
+def _payload(*, answer: Answer, references: list[Reference], withheld: bool) -> AnswerPayload:
     if withheld:
         text = selectors.WITHHELD_MESSAGE
     elif answer.status == Answer.Status.STREAMING:

@@ -426,6 +426,16 @@ def answer_is_withheld(*, answer: Answer, user: AnyUser) -> bool:
     return _hidden_prompt_sources(user=user, question_id=answer.question_id).exists()
 
 
+def answers_withheld_ids(*, answers: Iterable[Answer], user: AnyUser) -> set[int]:
+    """The ids of those of ``answers`` withheld from ``user`` (``answer_is_withheld`` of
+    each), in one query."""
+    ids = {answer.pk for answer in answers}
+    if not ids:
+        return set()
+    withheld = Answer.objects.filter(pk__in=ids).filter(answer_withheld_q(user=user))
+    return set(withheld.values_list("pk", flat=True))
+
+
 # A source row shows its document's title and link, never its content: a body can be
 # megabytes (and its signature 512 bytes), read for each of a page's sources.
 _DOCUMENT_CONTENT = ("document__body", "document__near_signature")
@@ -434,12 +444,25 @@ _DOCUMENT_CONTENT = ("document__body", "document__near_signature")
 def answer_final_sources(*, answer: Answer) -> list[RetrievedSource]:
     """The stored final Sources rows of ``answer``, in number order (no access check: the
     presenter re-checks each document for the viewer)."""
-    return list(
-        RetrievedSource.objects.filter(question_id=answer.question_id, final_number__isnull=False)
+    return answers_final_sources(answers=[answer]).get(answer.question_id, [])
+
+
+def answers_final_sources(*, answers: Iterable[Answer]) -> dict[int, list[RetrievedSource]]:
+    """``answer_final_sources`` of each of ``answers`` by question id, in one query (a
+    conversation's page shows every turn's)."""
+    question_ids = {answer.question_id for answer in answers}
+    if not question_ids:
+        return {}
+    rows = (
+        RetrievedSource.objects.filter(question_id__in=question_ids, final_number__isnull=False)
         .select_related("document", "chunk", "passage")
         .defer(*_DOCUMENT_CONTENT)
-        .order_by("final_number", "rank")
+        .order_by("question_id", "final_number", "rank")
     )
+    by_question: dict[int, list[RetrievedSource]] = {}
+    for row in rows:
+        by_question.setdefault(row.question_id, []).append(row)
+    return by_question
 
 
 def answer_number_map(*, answer: Answer) -> dict[int, int]:

@@ -50,13 +50,11 @@ def conversation_detail(request: HttpRequest, conversation_id: uuid.UUID) -> Htt
         )
     except selectors.NotFound:
         raise Http404("No such conversation.") from None
-    answers = selectors.conversation_answers_for_user(conversation=conversation)
+    answers = list(selectors.conversation_answers_for_user(conversation=conversation))
+    payloads = presenters.answer_payloads(answers=answers, user=request.user)
     turns = [
-        Turn(
-            question=answer.question.text,
-            answer=presenters.answer_payload(answer=answer, user=request.user),
-        )
-        for answer in answers
+        Turn(question=answer.question.text, answer=payload)
+        for answer, payload in zip(answers, payloads, strict=True)
     ]
     return _ask_page(request, conversation_id=conversation.pk, turns=turns)
 

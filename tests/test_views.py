@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import uuid
+
 import pytest
 from bs4 import BeautifulSoup
 
@@ -169,3 +171,33 @@ def test_an_answer_page_says_how_it_ended_in_words_not_a_code(client, asker):
     client.force_login(asker)
     soup = BeautifulSoup(client.get(f"/answers/{done.answer.answer_id}/").content, "html.parser")
     assert soup.select_one("[data-watch-status]").get_text() == "Status: No answer"
+
+
+def test_a_conversation_page_is_a_fixed_number_of_queries_whatever_its_turns(
+    client, asker, scripted
+):
+    """Each turn's sources, evidence and access were read turn by turn (four queries a
+    turn): a long conversation's page grew with it."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from answers.models import Conversation
+
+    def page_queries(conversation_id: object) -> int:
+        with CaptureQueriesContext(connection) as captured:
+            response = client.get(f"/conversations/{conversation_id}/")
+        assert response.status_code == 200
+        return len(captured.captured_queries)
+
+    scripted.script = ["Lambdas are small [1]."]
+    short = ask(user=asker, question="What is a lambda expression?").answer.conversation_id
+    long = ask(user=asker, question="What is a lambda expression?").answer.conversation_id
+    for question in ("And a generator?", "And a class?", "And the global statement?"):
+        scripted.script = ["It is described here [1] and here [2]."]
+        ask(user=asker, question=question, conversation_id=uuid.UUID(long))
+    assert Conversation.objects.get(pk=long).questions.count() == 4
+    client.force_login(asker)
+    page_queries(short)  # the session's first read
+    html = client.get(f"/conversations/{long}/").content.decode()
+    assert "And the global statement?" in html and "It is described here" in html
+    assert page_queries(long) == page_queries(short)
