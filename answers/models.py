@@ -46,7 +46,11 @@ class Document(models.Model):
         # (ADR 0009), some of its statements more than once: with the id in the index that
         # is an index-only scan on PostgreSQL too, not a read of every document's row
         # (signature, title, short bodies: some 1 KB each). SQLite's indexes hold the rowid.
-        indexes = [models.Index(fields=["access", "id"], name="answers_document_access_id")]
+        indexes = [
+            models.Index(fields=["access", "id"], name="answers_document_access_id"),
+            # The admin's list and autocomplete page documents in this order (migration 0020).
+            models.Index(fields=["title", "id"], name="answers_document_title"),
+        ]
 
     def __str__(self) -> str:
         return self.title

@@ -539,6 +539,19 @@ def test_document_changelist_reads_no_chunks_and_no_bodies(admin_client):  # typ
     assert f'class="field-chunk_count">{document.chunks.count()}<' in html.content.decode()
 
 
+def test_a_page_of_the_document_changelist_is_read_in_title_order_from_an_index():  # type: ignore[no-untyped-def]
+    """The list (and the autocomplete) pages documents by title from an index: each page
+    sorted every document. (A reviewer limited to some groups still has the documents
+    they may see found first, then sorted: both databases prefer the access index.)"""
+    from answers import selectors
+
+    reviewer = staff_reviewer("pager", review_all=True)
+    plan = query_plan(selectors.document_admin_queryset(reviewer=reviewer)[:100])
+    assert any("answers_document_title" in step for step in plan), plan
+    assert not any("TEMP B-TREE FOR ORDER BY" in step for step in plan), plan
+    assert not any(step.lstrip(" ->").startswith("Sort") for step in plan), plan
+
+
 def test_editing_a_document_body_rechunks_it_and_is_searchable(admin_client):  # type: ignore[no-untyped-def]
     document = Document.objects.get(source_key="python-docs:lambda")
     old_chunks = list(document.chunks.values_list("text", flat=True))
