@@ -180,6 +180,22 @@ class SupportFilter(admin.SimpleListFilter):
         return queryset
 
 
+class ProviderFilter(admin.SimpleListFilter):
+    """By provider; its choices found from an index (Django's own filter on the field read
+    every answer's provider for them, on each view of the list)."""
+
+    title = "provider"
+    parameter_name = "provider"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        providers = selectors.answer_providers_for_review(reviewer=request.user)
+        return [(provider, provider or "(none)") for provider in providers]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Answer]) -> QuerySet[Answer]:
+        value = self.value()
+        return queryset if value is None else queryset.filter(provider=value)
+
+
 @admin.register(Answer)
 class AnswerAdmin(CheckedChangeListMixin, admin.ModelAdmin):
     list_display = (
@@ -202,7 +218,7 @@ class AnswerAdmin(CheckedChangeListMixin, admin.ModelAdmin):
         SupportFilter,
         "reviewed",
         "citations_fallback",
-        "provider",
+        ProviderFilter,
         "created_at",
     )
     search_fields = ("question__text", "question__user__username", "final_text")

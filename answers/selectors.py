@@ -19,6 +19,7 @@ from django.contrib.auth import (
 )
 from django.contrib.auth.backends import ModelBackend
 from django.contrib.auth.models import AnonymousUser, Permission, PermissionsMixin, User
+from django.db import connection
 from django.db.models import (
     BooleanField,
     Count,
@@ -540,6 +541,38 @@ def answer_admin_queryset(*, reviewer: AnyUser) -> QuerySet[Answer]:
         )
         .order_by("-created_at", "-id")
     )
+
+
+# Every distinct provider of the stored answers, in order: from the provider index a step a
+# provider (the next one after the last found), not every answer read and made distinct.
+# Standard SQL, the same on SQLite and PostgreSQL.
+_PROVIDERS_SQL = """
+WITH RECURSIVE found(value) AS (
+    SELECT MIN("provider") FROM "answers_answer"
+    UNION ALL
+    SELECT (SELECT MIN("provider") FROM "answers_answer" WHERE "provider" > found.value)
+    FROM found WHERE found.value IS NOT NULL
+)
+SELECT value FROM found WHERE value IS NOT NULL
+"""
+
+
+def answer_providers_query() -> tuple[str, list[Any]]:
+    """The SQL ``answer_providers_for_review`` runs for a reviewer who may read every
+    answer, and its parameters (for a test of its plan)."""
+    return _PROVIDERS_SQL, []
+
+
+def answer_providers_for_review(*, reviewer: AnyUser) -> list[str]:
+    """The providers of the answers ``reviewer`` may read in the admin, in order (the list's
+    filter). A reviewer who may not read them all gets those of the ones they may read."""
+    if not user_may_review_all(user=reviewer):
+        readable = Answer.objects.exclude(answer_withheld_q(user=reviewer))
+        return list(readable.order_by("provider").values_list("provider", flat=True).distinct())
+    sql, params = answer_providers_query()
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return [value for (value,) in cursor.fetchall()]
 
 
 def _count_of(rows: QuerySet[Any], field: str, *, per: str, distinct: bool = False) -> Coalesce:

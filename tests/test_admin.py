@@ -295,6 +295,44 @@ def test_answer_changelist_counts_filters_and_dates_read_the_answers_alone(
         assert "GROUP BY" not in sql, sql
 
 
+def test_the_provider_filter_lists_each_provider_from_an_index_and_filters_by_it(
+    admin_client, asker, scripted
+):  # type: ignore[no-untyped-def]
+    """The provider filter's choices were every answer's provider, read and made distinct
+    on each view of the list: they are found by jumping through an index, a step a
+    provider, however many answers each has."""
+    from answers import selectors
+
+    for question in ("What is a lambda expression?", "What does the global statement do?"):
+        _answer(asker, question)
+    Answer.objects.filter(pk=Answer.objects.first().pk).update(provider="other:model")
+    providers = sorted(set(Answer.objects.values_list("provider", flat=True)))
+    assert len(providers) == 2
+    reviewer = staff_reviewer("pager", review_all=True)
+    assert selectors.answer_providers_for_review(reviewer=reviewer) == providers
+
+    html = admin_client.get(reverse(CHANGELIST)).content.decode()
+    for provider in providers:
+        assert f"?provider={provider.replace(':', '%3A')}" in html, provider
+    rows = _result_rows(
+        admin_client.get(reverse(CHANGELIST), {"provider": "other:model"}).content.decode()
+    )
+    assert len(rows) == 1
+
+    sql, params = selectors.answer_providers_query()
+    with connection.cursor() as cursor:
+        if connection.vendor == "sqlite":
+            cursor.execute(f"EXPLAIN QUERY PLAN {sql}", params)
+            plan = [str(row[-1]) for row in cursor.fetchall()]
+            assert not any(step.startswith("SCAN answers_answer") for step in plan), plan
+        else:
+            cursor.execute("SET LOCAL enable_seqscan = off")
+            cursor.execute(f"EXPLAIN {sql}", params)
+            plan = [str(row[0]) for row in cursor.fetchall()]
+            assert not any("Seq Scan" in step for step in plan), plan
+    assert any("answers_answer_provider" in step for step in plan), plan
+
+
 @pytest.mark.parametrize("review_all", [True, False])
 def test_a_page_of_the_answer_changelist_is_read_newest_first_from_an_index(review_all):  # type: ignore[no-untyped-def]
     """The list's page comes from the (created_at, id) index in its order, its counts
