@@ -209,8 +209,10 @@ def document_admin_queryset(*, reviewer: AnyUser) -> QuerySet[Document]:
 
 
 def document_get_visible(*, user: AnyUser, document_id: int) -> Document:
+    """The document, for its page: not its body or signature (its page shows its chunks,
+    the same text; a body can be megabytes)."""
     documents = _readers_only(document_list_visible(user=user), user=user)
-    document = documents.filter(pk=document_id).first()
+    document = documents.defer("body", "near_signature").filter(pk=document_id).first()
     if document is None:
         raise NotFound
     return document

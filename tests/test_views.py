@@ -201,3 +201,20 @@ def test_a_conversation_page_is_a_fixed_number_of_queries_whatever_its_turns(
     html = client.get(f"/conversations/{long}/").content.decode()
     assert "And the global statement?" in html and "It is described here" in html
     assert page_queries(long) == page_queries(short)
+
+
+def test_a_document_page_reads_its_chunks_not_its_whole_body_too(client, asker):
+    """The page shows the document's chunks; its body (the same text again, megabytes for
+    a big document) and its signature were read with it and never shown."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    document = Document.objects.get(source_key="python-docs:lambda")
+    client.force_login(asker)
+    with CaptureQueriesContext(connection) as captured:
+        response = client.get(f"/documents/{document.pk}/")
+    assert response.status_code == 200
+    assert 'id="chunk-0"' in response.content.decode()
+    queries = [query["sql"] for query in captured.captured_queries]
+    assert not any('"answers_document"."body"' in sql for sql in queries), queries
+    assert not any('"answers_document"."near_signature"' in sql for sql in queries), queries
