@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 import re
 import time
+from collections.abc import Callable
 from pydoc_data.topics import topics
 
 from answers.citations import (
@@ -155,6 +156,7 @@ def stream_rows() -> list[Row]:
             Row(STREAM_SECTION, f"{label}, streamed: 16 KB over 4x 4 KB", large, 4 * small,
                 "s", "4x the 4 KB time", ("<=", 1.5), note="1.0 is linear")
         )  # fmt: skip
+    rows += pathological_rows()
     poisoned = "[x](" * 2_000
     seconds = _stream_seconds(poisoned, 4, 10)
     rows.append(
@@ -162,4 +164,55 @@ def stream_rows() -> list[Row]:
             "s", "the 0.2 s budget", ("<=", 1.0),
             note="a poisoned document echoed by the model")
     )  # fmt: skip
+    return rows
+
+
+def _best_of_three(work: Callable[[], object]) -> float:
+    best = float("inf")
+    for _ in range(3):
+        start = time.process_time()
+        work()
+        best = min(best, time.process_time() - start)
+    return best
+
+
+def _one_space_deltas(spaces: int) -> None:
+    stream_filter = MarkerStreamFilter(1)
+    stream_filter.feed("a")
+    for _ in range(spaces):
+        stream_filter.feed(" ")
+    stream_filter.feed("b")
+    stream_filter.close()
+
+
+# Inputs that once cost time quadratic in one line's length (2026-12-08), each at n and
+# 8n: (label, n, the work for a size).
+PATHOLOGICAL: tuple[tuple[str, int, Callable[[int], object]], ...] = (
+    ("a line of dropped markers, 'a [9]b' x n", 2_500,
+     lambda n: strip_out_of_range_markers("x" + "a [9]b" * n, 1)),
+    ("dropped markers after a long run of '-'", 2_500,
+     lambda n: strip_out_of_range_markers("-" * (6 * n) + "[9]a" * n, 1)),
+    ("dropped markers among '&' (entity look-ups)", 2_500,
+     lambda n: strip_out_of_range_markers("x" + "&a [9]b" * n, 1)),
+    ("markers with ideographic spaces, 'a[\u30009\u3000]' x n", 1_000,
+     lambda n: strip_out_of_range_markers("x " + "a[\u30009\u3000]" * n, 1)),
+    ("' -' x n after a dropped line (a possible underline)", 2_000,
+     lambda n: strip_out_of_range_markers("a\n[9]\n" + " -" * n + "x", 1)),
+    ("a line of n spaces, streamed in 4-character deltas", 4_000,
+     lambda n: _stream_seconds("a\n" + " " * n + "b", 4, 1)),
+    ("n spaces streamed one a delta", 3_000, _one_space_deltas),
+)  # fmt: skip
+
+
+def pathological_rows() -> list[Row]:
+    """How the inputs that were once quadratic grow now: time at 8n over 8x the time at n
+    (CPU time, best of three; 1.0 is linear)."""
+    rows: list[Row] = []
+    for label, n, work in PATHOLOGICAL:
+        small = _best_of_three(lambda work=work, n=n: work(n))
+        large = _best_of_three(lambda work=work, n=n: work(8 * n))
+        rows.append(
+            Row(STREAM_SECTION, f"linearity: {label}, 8n over n", large, 8 * small, "s",
+                "8x the time at n", ("<=", 1.5), note=f"n = {n:,}; 1.0 is linear")
+        )  # fmt: skip
     return rows

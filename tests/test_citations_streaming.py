@@ -256,44 +256,12 @@ def test_where_a_block_may_still_change_is_placed_once_per_block(monkeypatch):
         assert read <= 2 * len(raw), unit
 
 
-def test_a_long_run_of_spaces_streams_in_time_in_proportion_to_its_length():
-    """Whether a line's start is settled was read by a backtracking expression, quadratic
-    in a line of spaces (models do loop on whitespace): 16,000 spaces took 0.5 s, 64,000
-    about 8 s. Timed (best of three): the work is in the regular expression engine."""
-    import time
-
-    def seconds(spaces: int) -> float:
-        raw = "a\n" + " " * spaces + "b"
-        best = float("inf")
-        for _ in range(3):
-            stream_filter = MarkerStreamFilter(1)
-            began = time.process_time()
-            for i in range(0, len(raw), 4):
-                stream_filter.feed(raw[i : i + 4])
-            stream_filter.close()
-            best = min(best, time.process_time() - began)
-        return best
-
-    assert seconds(32000) <= 16 * max(seconds(4000), 1e-3)
-
-
-def test_spaces_streamed_one_at_a_time_cost_time_in_proportion_to_their_number():
-    """Spaces after settled text are held until text follows them; each tiny delta
-    stripped every space held so far again: 16,000 one-space deltas took 0.9 s, 128,000
-    about a minute. Timed (best of three): the work is in str.rstrip."""
-    import time
-
-    def seconds(spaces: int) -> float:
-        best = float("inf")
-        for _ in range(3):
-            stream_filter = MarkerStreamFilter(1)
-            began = time.process_time()
-            shown = stream_filter.feed("a")
-            for _ in range(spaces):
-                shown += stream_filter.feed(" ")
-            shown += stream_filter.feed("b") + stream_filter.close()
-            best = min(best, time.process_time() - began)
-            assert shown == "a" + " " * spaces + "b"
-        return best
-
-    assert seconds(24000) <= 16 * max(seconds(3000), 1e-3)
+def test_spaces_streamed_one_at_a_time_are_shown_once_text_follows():
+    """Spaces after settled text are held until text follows them (how their cost grows
+    with their number is bench section 1b's)."""
+    stream_filter = MarkerStreamFilter(1)
+    shown = stream_filter.feed("a")
+    for _ in range(300):
+        shown += stream_filter.feed(" ")
+    shown += stream_filter.feed("b") + stream_filter.close()
+    assert shown == "a" + " " * 300 + "b"
