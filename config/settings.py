@@ -197,6 +197,9 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First: a load balancer's probe of /health/live and /health/ready is answered before
+    # the host is validated or https required (docs/deployment.md).
+    "answers.health.HealthCheckMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "csp.middleware.CSPMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",

@@ -157,6 +157,20 @@ def test_while_the_database_is_away_the_api_refuses_with_503_and_retry_after(
         assert _read_once_back(client, f"/api/answers/{answer.pk}", auth).status_code == 200
 
 
+def test_while_the_database_is_away_the_process_is_alive_but_not_ready(server, outage) -> None:  # type: ignore[no-untyped-def]
+    """A load balancer stops sending questions to a process whose database is away, and
+    sends them again once it is back; the orchestrator does not restart it meanwhile."""
+    with httpx.Client(base_url=server.url, timeout=60.0) as client:
+        assert client.get("/health/ready").json() == {"status": "ok"}
+        outage.begin()
+        ready = client.get("/health/ready")
+        assert ready.status_code == 503 and int(ready.headers["Retry-After"]) > 0
+        assert ready.json() == {"status": "unavailable", "problems": ["database"]}
+        assert client.get("/health/live").status_code == 200
+        outage.end()
+        assert _read_once_back(client, "/health/ready", {}).status_code == 200
+
+
 def _read_once_back(client: httpx.Client, path: str, headers: dict[str, str]) -> httpx.Response:
     deadline = time.monotonic() + 120
     while True:
