@@ -35,3 +35,27 @@ def test_a_process_that_is_shutting_down_is_not_ready_but_alive(monkeypatch):
 def test_only_get_and_head_are_probes():
     assert Client().head("/health/ready").status_code == 200
     assert Client().post("/health/ready").status_code in (404, 405)
+
+
+def test_the_probe_keeps_the_server_asynchronous():
+    """Under daphne the middleware runs in the event loop: a synchronous one first in
+    MIDDLEWARE would send every request through a thread (the one all database work
+    shares) before anything else ran."""
+    from asgiref.sync import iscoroutinefunction
+
+    from answers.health import HealthCheckMiddleware
+
+    async def get_response(request):  # type: ignore[no-untyped-def]
+        raise AssertionError("not reached")
+
+    assert iscoroutinefunction(HealthCheckMiddleware(get_response))
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_probe_through_the_asgi_handler(monkeypatch):
+    from django.test import AsyncClient
+
+    assert (await AsyncClient().get("/health/ready")).json() == {"status": "ok"}
+    monkeypatch.setattr(generation, "draining", True)
+    response = await AsyncClient().get("/health/ready")
+    assert response.status_code == 503 and response.json()["problems"] == ["shutting_down"]
