@@ -88,6 +88,17 @@ def log_in(page: Page, username: str, password: str, *, admin: bool = False) -> 
         expect(page.locator("[data-ask][data-ready]")).to_have_count(1)
 
 
+def log_out_elsewhere(page: Page) -> None:
+    """End the page's session as another tab of the same browser would (same cookies),
+    without opening one: a second page left the first in the background, and closing it
+    waits without a time limit."""
+    token = next(c["value"] for c in page.context.cookies() if c["name"] == "csrftoken")
+    response = page.request.post(
+        "/accounts/logout/", headers={"X-CSRFToken": token}, max_redirects=0
+    )
+    assert response.status == 302, response.status
+
+
 def ask(page: Page, question: str) -> Locator:
     """Ask ``question``; return its turn once its answer is done."""
     turns = page.locator("[data-turns] [data-turn]")

@@ -17,6 +17,7 @@ from tests.browser import (
     ask_off_loop,
     check_citations,
     log_in,
+    log_out_elsewhere,
     screenshot,
     server_down,
     server_up,
@@ -219,10 +220,7 @@ def test_signed_out_elsewhere_the_page_asks_to_log_in_and_loses_nothing(
     turn = start_asking(slow_page, QUESTION)
     draft = "and how does it differ from a def function?"
     slow_page.locator("#question").fill(draft)
-    other = slow_page.context.new_page()
-    other.goto("/")
-    other.get_by_role("button", name="Log out").click()
-    other.close()
+    log_out_elsewhere(slow_page)
     # The network drops the socket: the next handshake has no session.
     slow_page.evaluate("window.__sockets.at(-1).close()")
     expect(slow_page).to_have_url(re.compile(r"/accounts/login/\?next=%2Fconversations%2F"))
@@ -241,10 +239,7 @@ def test_signed_out_elsewhere_the_page_asks_to_log_in_and_loses_nothing(
     assert answer.status == "complete"
     # Signed out again, on an open socket this time: asking the draft is refused, and it
     # comes back in the box after logging in.
-    other = slow_page.context.new_page()
-    other.goto("/")
-    other.get_by_role("button", name="Log out").click()
-    other.close()
+    log_out_elsewhere(slow_page)
     slow_page.get_by_role("button", name="Ask", exact=True).click()
     expect(slow_page).to_have_url(re.compile(r"/accounts/login/\?next=%2Fconversations%2F"))
     slow_page.get_by_label("Username").fill("asker")
@@ -258,10 +253,7 @@ def test_signed_out_elsewhere_the_page_asks_to_log_in_and_loses_nothing(
 
 def test_signed_out_elsewhere_a_reader_stays_until_they_ask(slow_page: Page, asker) -> None:  # type: ignore[no-untyped-def]
     log_in(slow_page, "asker", "pw-asker")
-    other = slow_page.context.new_page()
-    other.goto("/")
-    other.get_by_role("button", name="Log out").click()
-    other.close()
+    log_out_elsewhere(slow_page)
     slow_page.evaluate("window.__sockets.at(-1).close()")  # dropped, as by a proxy's timeout
     status = slow_page.locator("[data-ask-status]")
     # Nothing under way: said, with a way to log in, and the page stays.
@@ -314,7 +306,7 @@ def test_feedback_after_logging_in_again_in_another_tab_is_saved(page: Page, ask
     other.goto("/")
     other.get_by_role("button", name="Log out").click()
     log_in(other, "asker", "pw-asker")  # a new session, and a new CSRF token
-    other.close()
+    page.bring_to_front()  # the other tab is left open: closing a page has no time limit
     page.get_by_label("Comment (optional)").fill("Clear, thanks")
     page.get_by_role("button", name="Helpful", exact=True).click()
     expect(page.locator(".feedback-status")).to_have_text("Thanks for your feedback.")
